@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/manifold-cni/manifold/delegate"
+	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
+	c, err := p.begin("ADD", args)
+	if err != nil {
+		return err
+	}
+	return c.finish(p.add(c))
+}
+
+// podContext is what ADD learned about the pod from the API server.
+type podContext struct {
+	api podAPI
+	pod *k8sclient.Pod // nil: no API, or the pod was not found
+}
+
+func (p *plugin) add(c *call) error {
+	ctx := context.Background()
+	if c.args.Netns == "" {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "")
+	}
+	if err := waitReadiness(ctx, c.conf.ReadinessIndicatorFile, c.conf.ReadinessTimeout); err != nil {
+		return err
+	}
+	pc, err := p.lookupPod(ctx, c)
+	if err != nil {
+		return err
+	}
+	atts, err := p.networksFor(ctx, c, pc)
+	if err != nil {
+		p.warnEvent(ctx, c, pc, err)
+		return err
+	}
+	rec := &scratch.Record{
+		ContainerID: c.args.ContainerID,
+		NetNS:       c.args.Netns,
+		Pod:         c.pod,
+		RuntimeArgs: c.cniArgs,
+		Attachments: atts,
+	}
+	results, err := c.runner.Add(ctx, rec)
+	if err != nil {
+		p.warnEvent(ctx, c, pc, err)
+		return err
+	}
+	p.report(ctx, c, pc, atts, results)
+
+	res, err := results[0].GetAsVersion(c.conf.CNIVersion)
+	if err != nil {
+		return fmt.Errorf("convert result of default network %s to cniVersion %s: %w", atts[0].DisplayName(), c.conf.CNIVersion, err)
+	}
+	return res.PrintTo(p.stdout)
+}
+
+// lookupPod finds the pod when there is an API server and the runtime named a
+// pod. A pod that is still not visible after the bounded wait is not an error:
+// it gets only its static networks, and a warning is logged.
+func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
+	pc := &podContext{}
+	if !k8sclient.Configured(c.conf.Kubeconfig) || c.pod.Name == "" {
+		return pc, nil
+	}
+	api, err := p.newAPI(c.conf)
+	if err != nil {
+		return nil, netconf.Invalid("%v", err)
+	}
+	pc.api = api
+	pod, err := api.WaitForPod(ctx, c.pod.Namespace, c.pod.Name, c.conf.PodWaitTimeout)
+	if errors.Is(err, k8sclient.ErrNotFound) {
+		c.log.Warn("pod not found; attaching only the default networks and writing no status", "wait", c.conf.PodWaitTimeout.String())
+		return pc, nil
+	}
+	if err != nil {
+		return nil, apiError(err)
+	}
+	if c.pod.UID != "" && pod.UID != c.pod.UID {
+		if src := pod.Annotations[annotConfigSource]; src == "" || src == "api" {
+			return nil, netconf.Invalid("pod UID from the API (%s) differs from K8S_POD_UID (%s): the pod was replaced", pod.UID, c.pod.UID)
+		}
+	}
+	pc.pod = pod
+	return pc, nil
+}
+
+// networksFor builds the pod's delegate list (DESIGN §3) with interface names.
+func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]netconf.Attachment, error) {
+	var nads nadSource
+	var cache *nadCache
+	if pc.api != nil {
+		cache = newNADCache(pc.api)
+		nads = cache
+	}
+	atts, err := staticNetworks(ctx, c.conf, nads, c.pod)
+	if err != nil {
+		return nil, err
+	}
+	if pc.pod != nil {
+		if err := p.podNetworks(ctx, c, pc.pod, cache, &atts); err != nil {
+			return nil, err
+		}
+	}
+	atts[0].IsDefault = true
+	atts[0].RuntimeConfig = c.conf.RuntimeConfig
+	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
+		return nil, netconf.Invalid("%v", err)
+	}
+	if err := delegate.CheckDefaultRoutes(atts); err != nil {
+		return nil, err
+	}
+	return atts, nil
+}
+
+// podNetworks applies the pod's annotations: the default-network override, then
+// the networks it asks for.
+func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, nads *nadCache, atts *[]netconf.Attachment) error {
+	if v := strings.TrimSpace(pod.Annotations[annotDefaultNetwork]); v != "" {
+		sel, err := netconf.ParseDefaultNetworkAnnotation(v, c.conf.MultusNamespace)
+		if err != nil {
+			return err
+		}
+		sel.Namespace = c.conf.MultusNamespace
+		att, err := attachSelection(ctx, c.log, c.conf, nads, *sel)
+		if err != nil {
+			return err
+		}
+		(*atts)[0] = att
+	}
+	v := pod.Annotations[annotNetworks]
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	sels, err := netconf.ParseNetworksAnnotation(v, pod.Namespace)
+	if err != nil {
+		return err
+	}
+	for _, sel := range sels {
+		if c.conf.NamespaceIsolation && sel.Namespace != pod.Namespace && !c.conf.IsGlobalNamespace(sel.Namespace) {
+			return netconf.Invalid("network %s/%s: namespaceIsolation forbids a pod in namespace %s to use a NAD in namespace %s", sel.Namespace, sel.Name, pod.Namespace, sel.Namespace)
+		}
+		att, err := attachSelection(ctx, c.log, c.conf, nads, sel)
+		if err != nil {
+			return err
+		}
+		*atts = append(*atts, att)
+	}
+	return nil
+}
+
+// attachSelection turns one requested network into an attachment.
+func attachSelection(ctx context.Context, log *slog.Logger, conf *netconf.Config, nads *nadCache, sel netconf.NetworkSelection) (netconf.Attachment, error) {
+	cfg, found, err := nads.NADConfig(ctx, sel.Namespace, sel.Name)
+	if err != nil {
+		return netconf.Attachment{}, err
+	}
+	if !found {
+		return netconf.Attachment{}, netconf.Invalid("network %s/%s: NetworkAttachmentDefinition not found", sel.Namespace, sel.Name)
+	}
+	att, warnings, err := netconf.AttachmentForSelection(sel, cfg, conf.ConfDir)
+	if err != nil {
+		return netconf.Attachment{}, err
+	}
+	for _, w := range warnings {
+		log.Warn(w, "network", att.DisplayName())
+	}
+	return att, nil
+}
+
+// waitReadiness waits, bounded, for the readiness indicator file (DESIGN §2).
+func waitReadiness(ctx context.Context, path string, bound time.Duration) error {
+	if path == "" {
+		return nil
+	}
+	deadline := time.Now().Add(bound)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return netconf.TryAgainLater("readiness indicator file %s is still missing after %s", path, bound)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

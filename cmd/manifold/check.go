@@ -1,0 +1,15 @@
+package main
+
+import (
+	"context"
+
+	"github.com/containernetworking/cni/pkg/skel"
+)
+
+func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
+	c, err := p.begin("CHECK", args)
+	if err != nil {
+		return err
+	}
+	return c.finish(c.runner.Check(context.Background(), args.ContainerID, args.Netns))
+}

@@ -1,0 +1,31 @@
+// Command manifold is the CNI meta-plugin: the container runtime calls it as the
+// node's only CNI plugin, and it calls the delegate plugins for every network a
+// pod asks for.
+package main
+
+import (
+	"runtime"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+func init() {
+	// Namespace switches (default-route changes) happen on the current OS thread;
+	// pinning main's thread keeps the Go runtime from moving us off it.
+	runtime.LockOSThread()
+}
+
+func main() {
+	p := newPlugin()
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    p.cmdAdd,
+		Del:    p.cmdDel,
+		Check:  p.cmdCheck,
+		Status: p.cmdStatus,
+		GC:     p.cmdGC,
+	}, version.All, "manifold "+Version+": a CNI meta-plugin for Kubernetes")
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+// nadSource looks up NetworkAttachmentDefinitions. It is nil when manifold runs
+// with no API server.
+type nadSource interface {
+	// NADConfig returns spec.config of namespace/name, and found=false when the
+	// NAD does not exist.
+	NADConfig(ctx context.Context, namespace, name string) (config string, found bool, err error)
+}
+
+// resolveRef resolves a clusterNetwork or defaultNetworks entry (DESIGN §2): a NAD
+// of that name in the system namespace; else a config in confDir with that name;
+// a value with a "/" is a file or directory path.
+func resolveRef(ctx context.Context, conf *netconf.Config, nads nadSource, key, ref string) (netconf.Attachment, error) {
+	ref = strings.TrimSpace(ref)
+	if strings.Contains(ref, "/") {
+		n, err := netconf.LoadNetworkPath(ref)
+		if err != nil {
+			return netconf.Attachment{}, netconf.Invalid("key %q: %v", key, err)
+		}
+		return netconf.NewAttachment(n, ""), nil
+	}
+	if nads != nil {
+		cfg, found, err := nads.NADConfig(ctx, conf.MultusNamespace, ref)
+		if err != nil {
+			return netconf.Attachment{}, err
+		}
+		if found {
+			sel := netconf.NetworkSelection{Name: ref, Namespace: conf.MultusNamespace}
+			att, _, err := netconf.AttachmentForSelection(sel, cfg, conf.ConfDir)
+			if err != nil {
+				return netconf.Attachment{}, err
+			}
+			return att, nil
+		}
+	}
+	n, err := netconf.FindNetworkInDir(conf.ConfDir, ref)
+	if err != nil {
+		return netconf.Attachment{}, netconf.Invalid("key %q: look up network %q in %s: %v", key, ref, conf.ConfDir, err)
+	}
+	if n == nil {
+		return netconf.Attachment{}, netconf.Invalid("key %q: network %q is neither a NAD in namespace %s nor a config in %s", key, ref, conf.MultusNamespace, conf.ConfDir)
+	}
+	return netconf.NewAttachment(n, ""), nil
+}
+
+// staticNetworks is the part of a pod's delegate list that needs no pod: the
+// default network (clusterNetwork, or the inline delegates) and, for pods outside
+// the system namespaces, defaultNetworks.
+func staticNetworks(ctx context.Context, conf *netconf.Config, nads nadSource, pod netconf.PodRef) ([]netconf.Attachment, error) {
+	var atts []netconf.Attachment
+	if conf.ClusterNetwork != "" {
+		att, err := resolveRef(ctx, conf, nads, "clusterNetwork", conf.ClusterNetwork)
+		if err != nil {
+			return nil, err
+		}
+		atts = append(atts, att)
+	} else {
+		for i, raw := range conf.Delegates {
+			n, err := netconf.ParseNetwork(raw, "")
+			if err != nil {
+				return nil, netconf.Invalid("key \"delegates\"[%d]: %v", i, err)
+			}
+			atts = append(atts, netconf.NewAttachment(n, ""))
+		}
+	}
+	if conf.IsSystemNamespace(pod.Namespace) && pod.Namespace != "" {
+		return atts, nil
+	}
+	for i, ref := range conf.DefaultNetworks {
+		att, err := resolveRef(ctx, conf, nads, "defaultNetworks["+strconv.Itoa(i)+"]", ref)
+		if err != nil {
+			return nil, err
+		}
+		atts = append(atts, att)
+	}
+	return atts, nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+// report writes the pod's network-status and sends one AddedInterface event per
+// attachment (DESIGN §8). The pod is already attached, so a failure here is
+// logged, not returned: failing the ADD would tear down working networking over
+// a missing annotation, and the runtime's retry would do the same again.
+func (p *plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result) {
+	if pc.pod == nil || c.conf.IsSystemNamespace(pc.pod.Namespace) {
+		return
+	}
+	statuses := make([]netconf.NetworkStatus, 0, len(atts))
+	for i := range atts {
+		st, err := netconf.BuildNetworkStatus(atts[i], results[i])
+		if err != nil {
+			c.log.Warn("build network status", "network", atts[i].DisplayName(), "error", err)
+			continue
+		}
+		statuses = append(statuses, st)
+	}
+	if b, err := netconf.MarshalNetworkStatus(statuses); err != nil {
+		c.log.Warn("encode network status", "error", err)
+	} else if err := pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, annotNetworkStatus, string(b)); err != nil {
+		c.log.Warn("write network status", "error", err)
+	}
+	host := hostname()
+	for i := range atts {
+		msg := fmt.Sprintf("Add %s [%s] from %s", atts[i].IfName, strings.Join(resultIPs(results[i]), ","), atts[i].DisplayName())
+		if err := pc.api.Event(ctx, pc.pod, k8sclient.EventNormal, "AddedInterface", msg, host, p.now()); err != nil {
+			c.log.Warn("send event", "error", err)
+		}
+	}
+}
+
+// warnEvent tells the pod's owner why its ADD failed.
+func (p *plugin) warnEvent(ctx context.Context, c *call, pc *podContext, cause error) {
+	if pc == nil || pc.pod == nil {
+		return
+	}
+	if err := pc.api.Event(ctx, pc.pod, k8sclient.EventWarning, "ErrorAddingInterface", cause.Error(), hostname(), p.now()); err != nil {
+		c.log.Warn("send event", "error", err)
+	}
+}
+
+// resultIPs lists a result's addresses in CIDR form, for the event message.
+func resultIPs(res types.Result) []string {
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(cur.IPs))
+	for _, ip := range cur.IPs {
+		out = append(out, ip.Address.String())
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// Add attaches rec.Attachments in order and returns one result per attachment.
+//
+// The record is saved before the first delegate runs, so a crash at any point
+// leaves enough on disk for DEL or GC to undo what was done. If attachment k fails,
+// DEL runs for attachments k..0 in reverse order (the failed one too, since it may
+// have half-attached), the record is removed, and the original error is returned
+// with the network and interface named and the delegate's CNI code kept.
+func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, error) {
+	l, err := r.lock(ctx, rec.ContainerID)
+	if err != nil {
+		return nil, err
+	}
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			l.Unlock(false)
+		}
+	}()
+
+	if err := r.Store.Save(rec); err != nil {
+		return nil, err
+	}
+
+	results := make([]types.Result, 0, len(rec.Attachments))
+	for i := range rec.Attachments {
+		att := &rec.Attachments[i]
+		res, err := r.addOne(ctx, rec, att)
+		if err == nil {
+			results = append(results, res)
+			continue
+		}
+		r.rollback(ctx, rec, i)
+		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
+			r.Log.Warn("remove scratch record after rollback", "error", rmErr)
+		}
+		l.Unlock(true)
+		unlocked = true
+		return nil, err
+	}
+
+	if err := r.applyDefaultRoute(ctx, rec, results); err != nil {
+		r.rollback(ctx, rec, len(rec.Attachments)-1)
+		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
+			r.Log.Warn("remove scratch record after rollback", "error", rmErr)
+		}
+		l.Unlock(true)
+		unlocked = true
+		return nil, err
+	}
+	return results, nil
+}
+
+func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) (types.Result, error) {
+	list, err := confList(att)
+	if err != nil {
+		return nil, netconf.Invalid("add network %s as %s: %v", att.DisplayName(), att.IfName, err)
+	}
+	r.Log.Debug("delegate add", "network", att.DisplayName(), "ifname", att.IfName, "plugins", len(list.Plugins))
+	res, err := r.CNI.AddNetworkList(ctx, list, runtimeConf(rec, att))
+	if err != nil {
+		return nil, wrapDelegateError(err, "add network %s as %s", att.DisplayName(), att.IfName)
+	}
+	return res, nil
+}
+
+// rollback runs DEL for attachments last..0, in reverse order. Failures are logged:
+// the caller returns the ADD's own error, which is what the runtime needs to see.
+func (r *Runner) rollback(ctx context.Context, rec *scratch.Record, last int) {
+	for i := last; i >= 0; i-- {
+		if err := r.delOne(ctx, rec, &rec.Attachments[i]); err != nil {
+			r.Log.Error("rollback: delete failed", "network", rec.Attachments[i].DisplayName(), "ifname", rec.Attachments[i].IfName, "error", err)
+		}
+	}
+}
+
+// wrapDelegateError names what failed while keeping the delegate's CNI code. It
+// returns a *types.Error, because that is what reaches the runtime with its code;
+// plugin errors carry no further structure worth unwrapping.
+func wrapDelegateError(err error, format string, args ...any) *types.Error {
+	code := uint(types.ErrInternal)
+	var te *types.Error
+	if errors.As(err, &te) {
+		code = te.Code
+	}
+	return types.NewError(code, fmt.Sprintf(format, args...)+": "+err.Error(), "")
+}

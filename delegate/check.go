@@ -1,0 +1,48 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+// Check runs CHECK for every recorded attachment with its cached result. libcni
+// skips a network with disableCheck; a network below cniVersion 0.4.0 has no CHECK
+// and is skipped here. A container with no record fails: the runtime asked about an
+// attachment we do not know.
+func (r *Runner) Check(ctx context.Context, containerID, netns string) error {
+	l, err := r.lock(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock(false)
+	rec, err := r.Store.Load(containerID)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return netconf.Invalid("check container %s: no record of what was attached", containerID)
+	}
+	rec.NetNS = netns
+	for i := range rec.Attachments {
+		att := &rec.Attachments[i]
+		list, err := confList(att)
+		if err != nil {
+			return netconf.Invalid("%v", err)
+		}
+		if ok, _ := version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0"); !ok {
+			continue
+		}
+		if err := r.CNI.CheckNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
+			if errors.Is(err, libcni.ErrorCheckNotSupp) {
+				continue
+			}
+			return wrapDelegateError(err, "check network %s on %s", att.DisplayName(), att.IfName)
+		}
+	}
+	return nil
+}

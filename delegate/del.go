@@ -1,0 +1,136 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// DelRequest is what DEL knows from the runtime.
+type DelRequest struct {
+	ContainerID string
+	NetNS       string
+	// IfName is CNI_IFNAME; with no record it tells which cached attachment is the
+	// default network, which is deleted last.
+	IfName      string
+	RuntimeArgs [][2]string
+}
+
+// Del detaches everything attached to a container, in reverse order, and keeps
+// going past failures so one broken delegate cannot strand the others.
+//
+// It works from the scratch record; with no record, or a damaged one, it works from
+// the libcni cache of the delegates' results, which libcni writes after every
+// successful ADD of a delegate. With neither, nothing is known to be attached and
+// DEL succeeds, so a second DEL succeeds too.
+//
+// It returns an error only when a delegate's DEL failed: a retry by the runtime can
+// then help, because the failed delegate's cache entry survives (libcni removes it
+// only on success), and with retryDeleteOnError the record survives too.
+func (r *Runner) Del(ctx context.Context, req DelRequest) error {
+	l, err := r.lock(ctx, req.ContainerID)
+	if err != nil {
+		return err
+	}
+	rec, loadErr := r.Store.Load(req.ContainerID)
+	if loadErr != nil {
+		r.Log.Warn("scratch record unusable, deleting from the libcni cache", "error", loadErr)
+		rec = nil
+	}
+	if rec == nil {
+		rec = &scratch.Record{ContainerID: req.ContainerID, RuntimeArgs: req.RuntimeArgs}
+	}
+	// The runtime's netns is the current truth; the recorded one may be stale.
+	rec.NetNS = req.NetNS
+	if netnsGone(rec.NetNS) {
+		rec.NetNS = ""
+	}
+
+	atts := rec.Attachments
+	cached, cacheErr := r.cachedAttachments(req.ContainerID, req.IfName)
+	if cacheErr != nil {
+		r.Log.Warn("read libcni cache", "error", cacheErr)
+	}
+	// Anything the cache knows that the record does not (a damaged record, or a
+	// record that is missing) is deleted too, after the recorded ones.
+	atts = append(missingFrom(atts, cached), atts...)
+
+	var errs []error
+	for i := len(atts) - 1; i >= 0; i-- {
+		if err := r.delOne(ctx, rec, &atts[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 && r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0 {
+		l.Unlock(false)
+		return errors.Join(errs...)
+	}
+	if err := r.Store.Remove(req.ContainerID); err != nil {
+		errs = append(errs, err)
+	}
+	l.Unlock(len(errs) == 0)
+	return errors.Join(errs...)
+}
+
+func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) error {
+	list, err := confList(att)
+	if err != nil {
+		// A config we cannot parse cannot be retried into parsing either.
+		r.Log.Error("skip delete of unparseable network", "network", att.DisplayName(), "error", err)
+		return nil
+	}
+	r.Log.Debug("delegate del", "network", att.DisplayName(), "ifname", att.IfName)
+	if err := r.CNI.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
+		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
+	}
+	return nil
+}
+
+// cachedAttachments turns the libcni cache entries of a container into
+// attachments, the default network (ifname) last so that it is deleted last.
+func (r *Runner) cachedAttachments(containerID, ifName string) ([]netconf.Attachment, error) {
+	cached, err := r.CNI.GetCachedAttachments(containerID)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(cached, func(i, j int) bool {
+		return cached[i].IfName == ifName && cached[j].IfName != ifName
+	})
+	atts := make([]netconf.Attachment, 0, len(cached))
+	for _, c := range cached {
+		atts = append(atts, fromCache(c))
+	}
+	return atts, nil
+}
+
+func fromCache(c *libcni.NetworkAttachment) netconf.Attachment {
+	a := netconf.Attachment{Network: c.Network, IfName: c.IfName, Config: c.Config, RuntimeConfig: c.CapabilityArgs}
+	// The cached args are the ADD's full CNI_ARGS; DelegateArgs adds IgnoreUnknown
+	// again, so drop it here rather than send it twice.
+	for _, kv := range c.CniArgs {
+		if kv[0] != "IgnoreUnknown" {
+			a.CNIArgs = append(a.CNIArgs, kv)
+		}
+	}
+	return a
+}
+
+// missingFrom returns the cached attachments that the recorded list lacks.
+func missingFrom(recorded, cached []netconf.Attachment) []netconf.Attachment {
+	seen := make(map[[2]string]bool, len(recorded))
+	for _, a := range recorded {
+		seen[[2]string{a.Network, a.IfName}] = true
+	}
+	var out []netconf.Attachment
+	for _, c := range cached {
+		if !seen[[2]string{c.Network, c.IfName}] {
+			out = append(out, c)
+		}
+	}
+	return out
+}

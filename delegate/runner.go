@@ -1,0 +1,107 @@
+// Package delegate runs a pod's delegate networks through libcni: ADD in order,
+// DEL in reverse order, rollback, CHECK, STATUS and GC (DESIGN §7).
+package delegate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// Runner runs delegates. Its dependencies are fields so tests can swap them.
+type Runner struct {
+	// CNI runs the plugins; normally a *libcni.CNIConfig whose cache dir is cniDir.
+	CNI libcni.CNI
+	// Store holds the scratch records.
+	Store *scratch.Store
+	// Log receives one line per delegate call at debug level, and warnings.
+	Log *slog.Logger
+	// LockTimeout bounds the wait for another call on the same container.
+	LockTimeout time.Duration
+	// RetryDeleteOnError keeps the record when a delegate DEL fails.
+	RetryDeleteOnError bool
+}
+
+// NewCNI returns the libcni runner used in production: plugins are looked up in
+// binDir first and then in CNI_PATH, and results are cached under cniDir.
+func NewCNI(binDir, cniPath, cniDir string, exec invoke.Exec) *libcni.CNIConfig {
+	paths := []string{binDir}
+	for _, p := range splitPath(cniPath) {
+		if p != binDir {
+			paths = append(paths, p)
+		}
+	}
+	return libcni.NewCNIConfigWithCacheDir(paths, cniDir, exec)
+}
+
+func splitPath(p string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == os.PathListSeparator {
+			if i > start {
+				out = append(out, p[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func (r *Runner) lock(ctx context.Context, containerID string) (*scratch.Lock, error) {
+	timeout := r.LockTimeout
+	if timeout <= 0 {
+		timeout = netconf.DefaultLockTimeout
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	l, err := r.Store.Lock(lctx, containerID)
+	if errors.Is(err, scratch.ErrLockTimeout) {
+		return nil, netconf.TryAgainLater("%v (another CNI call on this container is still running)", err)
+	}
+	return l, err
+}
+
+// runtimeConf is what libcni needs to call one attachment's plugins.
+func runtimeConf(rec *scratch.Record, att *netconf.Attachment) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID:    rec.ContainerID,
+		NetNS:          rec.NetNS,
+		IfName:         att.IfName,
+		Args:           netconf.DelegateArgs(rec.RuntimeArgs, att.CNIArgs),
+		CapabilityArgs: att.RuntimeConfig,
+	}
+}
+
+// confList parses an attachment's stored conflist for libcni.
+func confList(att *netconf.Attachment) (*libcni.NetworkConfigList, error) {
+	list, err := libcni.NetworkConfFromBytes(att.Config)
+	if err != nil {
+		return nil, fmt.Errorf("parse config of network %s: %w", att.DisplayName(), err)
+	}
+	if len(list.Plugins) == 0 {
+		return nil, fmt.Errorf("parse config of network %s: no plugins", att.DisplayName())
+	}
+	return list, nil
+}
+
+// netnsGone reports whether a netns path no longer exists. Delegates are then
+// called with an empty netns, which the CNI spec allows for DEL and which plugins
+// handle by releasing only host-side state.
+func netnsGone(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
+}

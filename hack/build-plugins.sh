@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the CNI plugins the tests and the demo call: the reference plugins from
+# github.com/containernetworking/plugins, and noop, sleep and cnitool from
+# github.com/containernetworking/cni, at the versions in go.mod. They land in a
+# cache keyed by those versions; the directory is printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE=${MANIFOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/manifold}
+pv=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+cv=$(go list -m -f '{{.Version}}' github.com/containernetworking/cni)
+dir=$CACHE/cni-plugins-$pv-cni-$cv
+if [ ! -f "$dir/.complete" ]; then
+  echo "building CNI plugins $pv and test plugins $cv into $dir" >&2
+  mkdir -p "$dir"
+  for p in bridge macvlan ptp; do
+    go build -trimpath -o "$dir/$p" "github.com/containernetworking/plugins/plugins/main/$p"
+  done
+  for p in host-local static; do
+    go build -trimpath -o "$dir/$p" "github.com/containernetworking/plugins/plugins/ipam/$p"
+  done
+  for p in tuning portmap bandwidth; do
+    go build -trimpath -o "$dir/$p" "github.com/containernetworking/plugins/plugins/meta/$p"
+  done
+  go build -trimpath -o "$dir/noop" github.com/containernetworking/cni/plugins/test/noop
+  go build -trimpath -o "$dir/sleep" github.com/containernetworking/cni/plugins/test/sleep
+  go build -trimpath -o "$dir/cnitool" github.com/containernetworking/cni/cnitool
+  touch "$dir/.complete"
+fi
+echo "$dir"

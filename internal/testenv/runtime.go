@@ -1,0 +1,81 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Runtime calls manifold the way containerd does: through libcni, with manifold's
+// config as a conflist, CNI_PATH set to the node's bin dir, and the pod's
+// identity in CNI_ARGS.
+type Runtime struct {
+	CNI    *libcni.CNIConfig
+	BinDir string
+}
+
+// NewRuntime makes a runtime whose own libcni cache is a temp dir.
+func NewRuntime(t testing.TB, binDir string) *Runtime {
+	t.Helper()
+	return &Runtime{CNI: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), BinDir: binDir}
+}
+
+// PodArgs are the CNI_ARGS containerd sends for a pod.
+func PodArgs(namespace, name, uid, containerID string) [][2]string {
+	return [][2]string{
+		{"K8S_POD_NAMESPACE", namespace},
+		{"K8S_POD_NAME", name},
+		{"K8S_POD_INFRA_CONTAINER_ID", containerID},
+		{"K8S_POD_UID", uid},
+	}
+}
+
+// Conf parses a conflist (or single conf) for the runtime.
+func Conf(t testing.TB, raw []byte) *libcni.NetworkConfigList {
+	t.Helper()
+	list, err := libcni.NetworkConfFromBytes(raw)
+	if err == nil && len(list.Plugins) == 0 {
+		var single *libcni.PluginConfig
+		single, err = libcni.ConfFromBytes(raw)
+		if err == nil {
+			list, err = libcni.ConfListFromConf(single)
+		}
+	}
+	if err != nil {
+		t.Fatalf("parse config: %v\n%s", err, raw)
+	}
+	return list
+}
+
+// Pod is one sandbox as the runtime sees it.
+type Pod struct {
+	ContainerID string
+	NetNS       string
+	IfName      string
+	Args        [][2]string
+}
+
+func (p *Pod) rt() *libcni.RuntimeConf {
+	ifName := p.IfName
+	if ifName == "" {
+		ifName = "eth0"
+	}
+	return &libcni.RuntimeConf{ContainerID: p.ContainerID, NetNS: p.NetNS, IfName: ifName, Args: p.Args}
+}
+
+// Add runs ADD.
+func (r *Runtime) Add(ctx context.Context, list *libcni.NetworkConfigList, p *Pod) (types.Result, error) {
+	return r.CNI.AddNetworkList(ctx, list, p.rt())
+}
+
+// Del runs DEL.
+func (r *Runtime) Del(ctx context.Context, list *libcni.NetworkConfigList, p *Pod) error {
+	return r.CNI.DelNetworkList(ctx, list, p.rt())
+}
+
+// Check runs CHECK.
+func (r *Runtime) Check(ctx context.Context, list *libcni.NetworkConfigList, p *Pod) error {
+	return r.CNI.CheckNetworkList(ctx, list, p.rt())
+}

@@ -1,0 +1,157 @@
+// Package testenv gives tests the real things they run against: root, the CNI
+// plugin binaries, the manifold binary, and network namespaces that are removed
+// when the test ends, pass or fail.
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+)
+
+// RequirePrivileged skips a test that needs root, unless MANIFOLD_REQUIRE_PRIVILEGED=1
+// (CI sets it), where the skip becomes a failure so it cannot pass unseen.
+func RequirePrivileged(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("MANIFOLD_REQUIRE_PRIVILEGED") == "1" {
+		t.Fatal("this test needs root, and MANIFOLD_REQUIRE_PRIVILEGED=1 forbids skipping it")
+	}
+	t.Skip("needs root (set MANIFOLD_REQUIRE_PRIVILEGED=1 to make this a failure)")
+}
+
+// RepoRoot is the directory that holds go.mod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+var (
+	pluginsOnce sync.Once
+	pluginsDir  string
+	pluginsErr  string
+)
+
+// Plugins returns the directory of CNI plugin binaries: $MANIFOLD_PLUGINS_DIR, or
+// what hack/build-plugins.sh builds (cached, so only the first run is slow).
+func Plugins(t testing.TB) string {
+	t.Helper()
+	pluginsOnce.Do(func() {
+		if d := os.Getenv("MANIFOLD_PLUGINS_DIR"); d != "" {
+			pluginsDir = d
+			return
+		}
+		out, err := run(RepoRoot(t), "bash", "hack/build-plugins.sh")
+		if err != nil {
+			pluginsErr = err.Error() + ": " + out
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		pluginsDir = lines[len(lines)-1]
+	})
+	if pluginsErr != "" {
+		t.Fatalf("build CNI plugins: %s", pluginsErr)
+	}
+	return pluginsDir
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  string
+)
+
+// Manifold returns the path of the manifold binary: $MANIFOLD_BIN, or a fresh
+// build in a temp dir (shared by the tests of one package run).
+func Manifold(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if b := os.Getenv("MANIFOLD_BIN"); b != "" {
+			binPath = b
+			return
+		}
+		dir, err := os.MkdirTemp("", "manifold-bin-")
+		if err != nil {
+			binErr = err.Error()
+			return
+		}
+		binPath = filepath.Join(dir, "manifold")
+		if out, err := run(RepoRoot(t), "go", "build", "-o", binPath, "./cmd/manifold"); err != nil {
+			binErr = err.Error() + ": " + out
+		}
+	})
+	if binErr != "" {
+		t.Fatalf("build manifold: %s", binErr)
+	}
+	return binPath
+}
+
+// BinDir returns a directory holding manifold and every plugin, as a node's
+// /opt/cni/bin would.
+func BinDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := Plugins(t)
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Symlink(Manifold(t), filepath.Join(dir, "manifold")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// NetNS creates a network namespace that is closed and unmounted when the test
+// ends.
+func NetNS(t testing.TB) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return n
+}
+
+func run(dir string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err := cmd.Run()
+	return buf.String(), err
+}

@@ -1,0 +1,76 @@
+package k8sclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+)
+
+// Pod holds the fields of a pod that manifold reads.
+type Pod struct {
+	Namespace   string
+	Name        string
+	UID         string
+	Annotations map[string]string
+}
+
+type podJSON struct {
+	Metadata struct {
+		Namespace   string            `json:"namespace"`
+		Name        string            `json:"name"`
+		UID         string            `json:"uid"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+}
+
+func podPath(namespace, name string) string {
+	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods/" + url.PathEscape(name)
+}
+
+// GetPod reads one pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	var p podJSON
+	if err := c.do(ctx, "GET", podPath(namespace, name), "", nil, &p); err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return &Pod{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, UID: p.Metadata.UID, Annotations: p.Metadata.Annotations}, nil
+}
+
+// WaitForPod reads a pod, retrying while it is not found (the kubelet can call
+// CNI before the pod is visible through the informer-free API) until wait has
+// passed. Any other error returns at once.
+func (c *Client) WaitForPod(ctx context.Context, namespace, name string, wait time.Duration) (*Pod, error) {
+	deadline := time.Now().Add(wait)
+	delay := 50 * time.Millisecond
+	for {
+		p, err := c.GetPod(ctx, namespace, name)
+		if err == nil || !errors.Is(err, ErrNotFound) || time.Now().Add(delay).After(deadline) {
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		if delay < 400*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// PatchPodAnnotation sets one annotation with a merge patch on the status
+// subresource. A merge patch leaves the pod's other annotations alone, and the
+// status subresource lets RBAC grant this without the right to change pod specs.
+func (c *Client) PatchPodAnnotation(ctx context.Context, namespace, name, key, value string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	if err != nil {
+		return err
+	}
+	if err := c.do(ctx, "PATCH", podPath(namespace, name)+"/status", "application/merge-patch+json", patch, nil); err != nil {
+		return fmt.Errorf("patch annotation %s of pod %s/%s: %w", key, namespace, name, err)
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package netconf
+
+import "encoding/json"
+
+// Attachment is one network to attach to a pod: which network, under which
+// interface name, with which per-attachment settings. The scratch record stores a
+// list of these, so the JSON names are part of the on-disk format.
+type Attachment struct {
+	// Network is the CNI network name.
+	Network string `json:"network"`
+	// NAD is "namespace/name" of the NetworkAttachmentDefinition, or "" when the
+	// network came from a file or an inline delegate.
+	NAD string `json:"nad,omitempty"`
+	// IfName is the interface name inside the pod.
+	IfName string `json:"ifname"`
+	// IsDefault marks the pod's default network (the one that gets CNI_IFNAME).
+	IsDefault bool `json:"default,omitempty"`
+	// Config is the conflist that is handed to libcni.
+	Config json.RawMessage `json:"config"`
+	// Capabilities is the union of the capabilities declared by Config's plugins.
+	Capabilities map[string]bool `json:"capabilities,omitempty"`
+	// CNIArgs are extra CNI_ARGS for this attachment only (IP=, MAC=), added after
+	// the runtime's own.
+	CNIArgs [][2]string `json:"cniArgs,omitempty"`
+	// RuntimeConfig holds the capability arguments for this attachment
+	// (runtimeConfig.ips, .mac, .portMappings, ...). libcni passes each key only to
+	// plugins that declare the capability.
+	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
+	// DefaultRoute lists the gateways requested with "default-route" (DESIGN §6).
+	DefaultRoute []string `json:"defaultRoute,omitempty"`
+}
+
+// NewAttachment makes an attachment for n with no per-attachment settings.
+func NewAttachment(n *Network, nad string) Attachment {
+	return Attachment{Network: n.Name, NAD: nad, Config: n.Bytes, Capabilities: n.Capabilities}
+}
+
+// DisplayName is how an attachment is named in status, events and errors: the NAD
+// as "ns/name" where there is one, else the CNI network name.
+func (a *Attachment) DisplayName() string {
+	if a.NAD != "" {
+		return a.NAD
+	}
+	return a.Network
+}

@@ -1,0 +1,202 @@
+package netconf
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// Defaults for the keys of DESIGN §2.
+const (
+	DefaultConfDir         = "/etc/cni/manifold/net.d"
+	DefaultCNIDir          = "/var/lib/cni/manifold"
+	DefaultBinDir          = "/opt/cni/bin"
+	DefaultSystemNamespace = "kube-system"
+	DefaultGlobalNamespace = "default"
+)
+
+// Defaults for the time bounds that manifold adds (docs/configuration.md).
+const (
+	DefaultAPITimeout       = 10 * time.Second
+	DefaultPodWaitTimeout   = 3 * time.Second
+	DefaultReadinessTimeout = 45 * time.Second
+	DefaultLockTimeout      = 60 * time.Second
+)
+
+// LogOptions controls log-file rotation. Pointers tell "not set" from zero.
+type LogOptions struct {
+	MaxAge     *int  `json:"maxAge,omitempty"`
+	MaxSize    *int  `json:"maxSize,omitempty"`
+	MaxBackups *int  `json:"maxBackups,omitempty"`
+	Compress   *bool `json:"compress,omitempty"`
+}
+
+// Config is manifold's own configuration, as read from stdin. Every key Multus
+// accepts is here with the same JSON name and meaning.
+type Config struct {
+	types.PluginConf
+
+	ClusterNetwork         string            `json:"clusterNetwork,omitempty"`
+	DefaultNetworks        []string          `json:"defaultNetworks,omitempty"`
+	Delegates              []json.RawMessage `json:"delegates,omitempty"`
+	Kubeconfig             string            `json:"kubeconfig,omitempty"`
+	ConfDir                string            `json:"confDir,omitempty"`
+	CNIDir                 string            `json:"cniDir,omitempty"`
+	BinDir                 string            `json:"binDir,omitempty"`
+	LogFile                string            `json:"logFile,omitempty"`
+	LogLevel               string            `json:"logLevel,omitempty"`
+	LogToStderr            bool              `json:"logToStderr,omitempty"`
+	LogOptions             *LogOptions       `json:"logOptions,omitempty"`
+	NamespaceIsolation     bool              `json:"namespaceIsolation,omitempty"`
+	RawGlobalNamespaces    string            `json:"globalNamespaces,omitempty"`
+	SystemNamespaces       []string          `json:"systemNamespaces,omitempty"`
+	MultusNamespace        string            `json:"multusNamespace,omitempty"`
+	ReadinessIndicatorFile string            `json:"readinessindicatorfile,omitempty"`
+	RetryDeleteOnError     bool              `json:"retryDeleteOnError,omitempty"`
+
+	// RuntimeConfig carries the runtime's capability arguments (portMappings,
+	// bandwidth, ...). They go to the default network only.
+	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
+
+	// Keys that manifold adds; all are Go durations ("10s").
+	RawAPITimeout       string `json:"apiTimeout,omitempty"`
+	RawPodWaitTimeout   string `json:"podWaitTimeout,omitempty"`
+	RawReadinessTimeout string `json:"readinessTimeout,omitempty"`
+	RawLockTimeout      string `json:"lockTimeout,omitempty"`
+
+	// Parsed forms, filled by ParseConfig.
+	GlobalNamespaces []string      `json:"-"`
+	APITimeout       time.Duration `json:"-"`
+	PodWaitTimeout   time.Duration `json:"-"`
+	ReadinessTimeout time.Duration `json:"-"`
+	LockTimeout      time.Duration `json:"-"`
+}
+
+// ParseConfig decodes and validates manifold's config and fills in defaults. Every
+// error is a CNI error with code 7 that names the key at fault.
+func ParseConfig(stdin []byte) (*Config, error) {
+	if len(stdin) > MaxConfigBytes {
+		return nil, Invalid("invalid manifold config: %d bytes, more than the limit of %d", len(stdin), MaxConfigBytes)
+	}
+	c := &Config{}
+	if err := json.Unmarshal(stdin, c); err != nil {
+		return nil, Invalid("invalid manifold config: %s", describeJSONError(err))
+	}
+	if err := c.validate(); err != nil {
+		return nil, Invalid("invalid manifold config: %v", err)
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	if c.CNIVersion == "" {
+		return fmt.Errorf("key \"cniVersion\" is missing")
+	}
+	if _, err := version.NewResult(c.CNIVersion, []byte("{}")); err != nil {
+		return fmt.Errorf("key \"cniVersion\": unsupported version %q", c.CNIVersion)
+	}
+	if c.ClusterNetwork == "" && len(c.Delegates) == 0 {
+		return fmt.Errorf("neither key \"clusterNetwork\" nor key \"delegates\" is set; one of them names the default network")
+	}
+	for i, n := range c.DefaultNetworks {
+		if strings.TrimSpace(n) == "" {
+			return fmt.Errorf("key \"defaultNetworks\"[%d] is empty", i)
+		}
+	}
+	setDefault(&c.ConfDir, DefaultConfDir)
+	setDefault(&c.CNIDir, DefaultCNIDir)
+	setDefault(&c.BinDir, DefaultBinDir)
+	setDefault(&c.MultusNamespace, DefaultSystemNamespace)
+	for key, p := range map[string]string{"confDir": c.ConfDir, "cniDir": c.CNIDir, "binDir": c.BinDir} {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("key %q: path %q is not absolute", key, p)
+		}
+	}
+	if c.SystemNamespaces == nil {
+		c.SystemNamespaces = []string{DefaultSystemNamespace}
+	}
+	c.GlobalNamespaces = []string{DefaultGlobalNamespace}
+	if c.RawGlobalNamespaces != "" {
+		c.GlobalNamespaces = nil
+		for _, ns := range strings.Split(c.RawGlobalNamespaces, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				c.GlobalNamespaces = append(c.GlobalNamespaces, ns)
+			}
+		}
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("key \"logLevel\": %w", err)
+	}
+	if o := c.LogOptions; o != nil {
+		for key, v := range map[string]*int{"maxAge": o.MaxAge, "maxSize": o.MaxSize, "maxBackups": o.MaxBackups} {
+			if v != nil && *v < 0 {
+				return fmt.Errorf("key \"logOptions.%s\": %d is negative", key, *v)
+			}
+		}
+	}
+	durations := []struct {
+		key string
+		raw string
+		def time.Duration
+		dst *time.Duration
+	}{
+		{"apiTimeout", c.RawAPITimeout, DefaultAPITimeout, &c.APITimeout},
+		{"podWaitTimeout", c.RawPodWaitTimeout, DefaultPodWaitTimeout, &c.PodWaitTimeout},
+		{"readinessTimeout", c.RawReadinessTimeout, DefaultReadinessTimeout, &c.ReadinessTimeout},
+		{"lockTimeout", c.RawLockTimeout, DefaultLockTimeout, &c.LockTimeout},
+	}
+	for _, d := range durations {
+		*d.dst = d.def
+		if d.raw == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.raw)
+		if err != nil || v < 0 || v > time.Hour {
+			return fmt.Errorf("key %q: %q is not a duration between 0s and 1h", d.key, d.raw)
+		}
+		*d.dst = v
+	}
+	return nil
+}
+
+// IsSystemNamespace reports whether pods in ns get no defaultNetworks and no status.
+func (c *Config) IsSystemNamespace(ns string) bool {
+	for _, s := range c.SystemNamespaces {
+		if s == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// IsGlobalNamespace reports whether NADs in ns may be used from any namespace
+// under namespaceIsolation.
+func (c *Config) IsGlobalNamespace(ns string) bool {
+	for _, s := range c.GlobalNamespaces {
+		if s == ns {
+			return true
+		}
+	}
+	return false
+}
+
+func setDefault(p *string, def string) {
+	if *p == "" {
+		*p = def
+	}
+}
+
+// describeJSONError turns a decode error into a message that names the key.
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("key %q must be %s, got JSON %s", te.Field, te.Type.String(), te.Value)
+	}
+	return err.Error()
+}

@@ -1,0 +1,57 @@
+package netconf
+
+import (
+	"fmt"
+	"strconv"
+	"unicode"
+)
+
+// MaxIfNameLen is the kernel's limit for an interface name (IFNAMSIZ less the NUL).
+const MaxIfNameLen = 15
+
+// ValidateIfName checks a name the way the kernel's dev_valid_name does, so a bad
+// name is refused before any plugin runs instead of half-way through an ADD.
+func ValidateIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("interface name is empty")
+	case len(name) > MaxIfNameLen:
+		return fmt.Errorf("interface name %q is %d characters, more than %d", name, len(name), MaxIfNameLen)
+	case name == "." || name == "..":
+		return fmt.Errorf("interface name %q is not allowed", name)
+	}
+	for _, r := range name {
+		if r == '/' || r == ':' || unicode.IsSpace(r) || r < 0x20 || r == 0x7f {
+			return fmt.Errorf("interface name %q contains %q, which is not allowed", name, r)
+		}
+	}
+	return nil
+}
+
+// AssignIfNames fills in IfName for every attachment, following DESIGN §5: the
+// default network (position 0) gets podIfName, an attachment at position i keeps
+// the name it asked for or else gets "net<i>". Two attachments with the same name
+// are an error that names the second one.
+func AssignIfNames(atts []Attachment, podIfName string) error {
+	if err := ValidateIfName(podIfName); err != nil {
+		return fmt.Errorf("CNI_IFNAME: %w", err)
+	}
+	taken := make(map[string]string, len(atts))
+	for i := range atts {
+		a := &atts[i]
+		switch {
+		case i == 0:
+			a.IfName = podIfName
+		case a.IfName == "":
+			a.IfName = "net" + strconv.Itoa(i)
+		}
+		if err := ValidateIfName(a.IfName); err != nil {
+			return fmt.Errorf("network %s: %w", a.DisplayName(), err)
+		}
+		if prev, dup := taken[a.IfName]; dup {
+			return fmt.Errorf("network %s: interface name %q is already taken by network %s", a.DisplayName(), a.IfName, prev)
+		}
+		taken[a.IfName] = a.DisplayName()
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+package netconf
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// MaxConfigBytes caps any one network config we read, from stdin, a file or a NAD.
+// Real configs are a few KiB; the cap keeps a hostile or corrupt input from costing
+// memory on every pod start.
+const MaxConfigBytes = 1 << 20
+
+// Network is one delegate network, normalised to a conflist.
+type Network struct {
+	// Name is the CNI network name ("name" of the conflist).
+	Name string
+	// CNIVersion is the conflist's cniVersion.
+	CNIVersion string
+	// Bytes is the conflist JSON: a single plugin config is wrapped into a list of one.
+	Bytes []byte
+	// Capabilities is the union of the capabilities that the plugins declare.
+	Capabilities map[string]bool
+	// Types lists the plugin types, in order (for logs and error messages).
+	Types []string
+}
+
+// ParseNetwork reads a single plugin config or a conflist. If the config has no
+// name, defaultName is injected (DESIGN §3: a NAD's name stands in for a missing one).
+func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
+	if len(raw) > MaxConfigBytes {
+		return nil, fmt.Errorf("network config is %d bytes, more than the limit of %d", len(raw), MaxConfigBytes)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("parse network config: %w", err)
+	}
+	var name, cniVersion string
+	if err := optString(top, "name", &name); err != nil {
+		return nil, err
+	}
+	if err := optString(top, "cniVersion", &cniVersion); err != nil {
+		return nil, err
+	}
+	if name == "" {
+		name = defaultName
+	}
+	if name == "" {
+		return nil, fmt.Errorf("network config has no \"name\"")
+	}
+	if cniVersion == "" {
+		return nil, fmt.Errorf("network %q has no \"cniVersion\"", name)
+	}
+
+	var plugins []map[string]json.RawMessage
+	if rawPlugins, isList := top["plugins"]; isList {
+		if err := json.Unmarshal(rawPlugins, &plugins); err != nil {
+			return nil, fmt.Errorf("network %q: \"plugins\" is not a list of objects: %w", name, err)
+		}
+		if len(plugins) == 0 {
+			return nil, fmt.Errorf("network %q: \"plugins\" is empty", name)
+		}
+	} else {
+		plugins = []map[string]json.RawMessage{top}
+	}
+
+	n := &Network{Name: name, CNIVersion: cniVersion, Capabilities: map[string]bool{}}
+	for i, p := range plugins {
+		var typ string
+		if err := optString(p, "type", &typ); err != nil {
+			return nil, fmt.Errorf("network %q plugin %d: %w", name, i, err)
+		}
+		if typ == "" {
+			return nil, fmt.Errorf("network %q plugin %d has no \"type\"", name, i)
+		}
+		if strings.ContainsAny(typ, "/\\") || typ == "." || typ == ".." {
+			return nil, fmt.Errorf("network %q plugin %d: type %q is not a plain binary name", name, i, typ)
+		}
+		n.Types = append(n.Types, typ)
+		if rawCaps, ok := p["capabilities"]; ok {
+			var caps map[string]bool
+			if err := json.Unmarshal(rawCaps, &caps); err != nil {
+				return nil, fmt.Errorf("network %q plugin %d: bad \"capabilities\": %w", name, i, err)
+			}
+			for k, v := range caps {
+				if v {
+					n.Capabilities[k] = true
+				}
+			}
+		}
+	}
+
+	// Re-emit as a conflist. The name is set at the top (libcni injects it into every
+	// plugin), and a single config keeps all its keys as the list's only plugin.
+	list := map[string]any{}
+	if _, isList := top["plugins"]; isList {
+		for k, v := range top {
+			list[k] = v
+		}
+	} else {
+		list["cniVersion"] = cniVersion
+		list["plugins"] = []any{top}
+		for _, k := range []string{"disableCheck", "disableGC"} {
+			if v, ok := top[k]; ok {
+				list[k] = v
+			}
+		}
+	}
+	list["name"] = name
+	b, err := json.Marshal(list)
+	if err != nil {
+		return nil, fmt.Errorf("encode network %q: %w", name, err)
+	}
+	n.Bytes = b
+	return n, nil
+}
+
+func optString(m map[string]json.RawMessage, key string, dst *string) error {
+	raw, ok := m[key]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return fmt.Errorf("%q must be a string, got %s", key, truncate(string(raw), 40))
+	}
+	return nil
+}
+
+// LoadNetworkFile reads a .conf, .json or .conflist file.
+func LoadNetworkFile(path string) (*Network, error) {
+	b, err := readCapped(path)
+	if err != nil {
+		return nil, err
+	}
+	n, err := ParseNetwork(b, "")
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return n, nil
+}
+
+// LoadNetworkPath resolves a path given for clusterNetwork or defaultNetworks: a
+// file, or a directory whose alphabetically first config file is used.
+func LoadNetworkPath(path string) (*Network, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("load network from %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return LoadNetworkFile(path)
+	}
+	files, err := configFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("load network from %s: no .conf, .conflist or .json file in the directory", path)
+	}
+	return LoadNetworkFile(files[0])
+}
+
+// FindNetworkInDir looks in dir for a config whose name is name. A .conflist wins
+// over a .conf or .json of the same name; among files of one kind the
+// alphabetically first wins. Files that do not parse are skipped, so one broken
+// file cannot hide a good one. It returns nil, nil when nothing matches.
+func FindNetworkInDir(dir, name string) (*Network, error) {
+	files, err := configFiles(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var single *Network
+	for _, f := range files {
+		isList := strings.HasSuffix(f, ".conflist")
+		if !isList && single != nil {
+			continue
+		}
+		n, err := LoadNetworkFile(f)
+		if err != nil || n.Name != name {
+			continue
+		}
+		if isList {
+			return n, nil
+		}
+		single = n
+	}
+	return single, nil
+}
+
+// configFiles lists the CNI config files in dir, sorted by name.
+func configFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		switch filepath.Ext(e.Name()) {
+		case ".conf", ".conflist", ".json":
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("read %s: more than the limit of %d bytes", path, MaxConfigBytes)
+	}
+	return b, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

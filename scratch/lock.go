@@ -1,0 +1,89 @@
+package scratch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const lockDirName = "locks"
+
+// Lock is an exclusive per-container lock that serialises ADD, DEL and CHECK on
+// one container across processes.
+type Lock struct {
+	f    *os.File
+	path string
+}
+
+// ErrLockTimeout is returned when the lock was not free before the deadline.
+var ErrLockTimeout = errors.New("timed out waiting for the container lock")
+
+// Lock takes the container's lock, waiting until ctx is done. The lock file is
+// removed by Unlock(remove=true) on DEL; because another process may be waiting on
+// the old file, a taker checks after flock that the file it locked is still the one
+// at the path, and retries if not.
+func (s *Store) Lock(ctx context.Context, containerID string) (*Lock, error) {
+	if err := ValidateContainerID(containerID); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.Dir, lockDirName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create lock dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, containerID)
+	delay := time.Millisecond
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open lock for %s: %w", containerID, err)
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			if samePath(f, path) {
+				return &Lock{f: f, path: path}, nil
+			}
+			f.Close()
+			continue
+		}
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s: %w", containerID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock container %s: %w", containerID, ErrLockTimeout)
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// samePath reports whether the open file is still the file at path.
+func samePath(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	return os.SameFile(a, b)
+}
+
+// Unlock releases the lock. With remove, the lock file is deleted first, while the
+// lock is still held, so no file is left behind for a container that is gone.
+func (l *Lock) Unlock(remove bool) {
+	if remove {
+		os.Remove(l.path)
+	}
+	l.f.Close()
+}

@@ -1,0 +1,206 @@
+package scratch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+func sampleRecord(id string) *Record {
+	return &Record{
+		ContainerID: id,
+		NetNS:       "/var/run/netns/x",
+		Pod:         netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
+		RuntimeArgs: [][2]string{{"K8S_POD_NAME", "p"}},
+		Attachments: []netconf.Attachment{
+			{Network: "br", IfName: "eth0", IsDefault: true, Config: json.RawMessage(`{"cniVersion":"1.0.0","name":"br","plugins":[{"type":"bridge"}]}`)},
+			{Network: "mv", NAD: "default/mv", IfName: "net1", Config: json.RawMessage(`{"cniVersion":"1.0.0","name":"mv","plugins":[{"type":"macvlan"}]}`),
+				CNIArgs: [][2]string{{"IP", "10.0.0.1/24"}}, RuntimeConfig: map[string]any{"mac": "aa:bb:cc:dd:ee:ff"}},
+		},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	r := sampleRecord("abc123")
+	b, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := Encode(got)
+	if string(again) != string(b) {
+		t.Errorf("round trip changed the record:\n%s\n%s", b, again)
+	}
+	if got.Attachments[1].NAD != "default/mv" || got.Attachments[1].CNIArgs[0][1] != "10.0.0.1/24" {
+		t.Errorf("decoded attachment = %+v", got.Attachments[1])
+	}
+}
+
+func TestDecodeRejectsDamage(t *testing.T) {
+	good, err := Encode(sampleRecord("abc123"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := []byte(strings.Replace(string(good), `"eth0"`, `"eth9"`, 1))
+	var env map[string]any
+	_ = json.Unmarshal(good, &env)
+	env["version"] = 2
+	future, _ := json.Marshal(env)
+	cases := map[string][]byte{
+		"empty":          nil,
+		"truncated":      good[:len(good)/2],
+		"garbage":        []byte("\x00\x01garbage"),
+		"edited payload": flipped,
+		"future version": future,
+		"not an object":  []byte(`[1,2,3]`),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Decode = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+func TestValidateContainerID(t *testing.T) {
+	good := []string{"abc", "0123456789abcdef", "a_b.c-d", strings.Repeat("a", MaxContainerIDLen)}
+	bad := []string{"", "../etc", "a/b", ".hidden", "a..b", "results", "locks", "a b", strings.Repeat("a", MaxContainerIDLen+1), "a\x00b"}
+	for _, id := range good {
+		if err := ValidateContainerID(id); err != nil {
+			t.Errorf("ValidateContainerID(%q) = %v, want ok", id, err)
+		}
+	}
+	for _, id := range bad {
+		if err := ValidateContainerID(id); err == nil {
+			t.Errorf("ValidateContainerID(%q) = nil, want an error", id)
+		}
+	}
+}
+
+func TestStoreSaveLoadRemoveList(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	if r, err := s.Load("nothing"); r != nil || err != nil {
+		t.Fatalf("Load of a missing record = %v, %v; want nil, nil", r, err)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if err := s.Save(sampleRecord(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A temp file from a crashed writer is swept by List.
+	if err := os.WriteFile(filepath.Join(s.Dir, ".tmp-c3-123"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.List()
+	if err != nil || strings.Join(ids, ",") != "c1,c2" {
+		t.Fatalf("List = %v, %v; want c1,c2", ids, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, ".tmp-c3-123")); !os.IsNotExist(err) {
+		t.Errorf("temp file survived List: %v", err)
+	}
+	r, err := s.Load("c1")
+	if err != nil || r.ContainerID != "c1" || len(r.Attachments) != 2 {
+		t.Fatalf("Load = %+v, %v", r, err)
+	}
+	// A record copied under another container's name is refused.
+	b, _ := os.ReadFile(s.Path("c1"))
+	if err := os.WriteFile(s.Path("c9"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load("c9"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Load of a misplaced record = %v, want ErrCorrupt", err)
+	}
+	if err := s.Remove("c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove("c1"); err != nil {
+		t.Errorf("second Remove = %v, want nil", err)
+	}
+	if r, _ := s.Load("c1"); r != nil {
+		t.Errorf("record survived Remove")
+	}
+	if err := s.Save(sampleRecord("../evil")); err == nil {
+		t.Errorf("Save accepted a path-traversal container ID")
+	}
+}
+
+func TestLockSerialisesAndTimesOut(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	l, err := s.Lock(context.Background(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Lock(ctx, "c1"); !errors.Is(err, ErrLockTimeout) {
+		t.Fatalf("second Lock = %v, want ErrLockTimeout", err)
+	}
+	// Another container is independent.
+	l2, err := s.Lock(context.Background(), "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Unlock(true)
+
+	got := make(chan *Lock)
+	go func() {
+		l3, err := s.Lock(context.Background(), "c1")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l3
+	}()
+	select {
+	case <-got:
+		t.Fatal("a waiter took the lock while it was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// Unlock with remove: the waiter must notice the file it waited on is gone
+	// and lock the new one.
+	l.Unlock(true)
+	l3 := <-got
+	if l3 == nil {
+		t.Fatal("waiter got no lock")
+	}
+	l3.Unlock(true)
+	if entries, _ := os.ReadDir(filepath.Join(s.Dir, lockDirName)); len(entries) != 0 {
+		t.Errorf("lock files left: %v", entries)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	good, _ := Encode(sampleRecord("abc123"))
+	f.Add(good)
+	f.Add(good[:len(good)/3])
+	f.Add([]byte(`{"version":1,"sha256":"00","record":{}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Decode error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		// Whatever decodes must be safe to act on.
+		if ValidateContainerID(r.ContainerID) != nil {
+			t.Fatalf("decoded an invalid container ID %q", r.ContainerID)
+		}
+		for _, a := range r.Attachments {
+			if netconf.ValidateIfName(a.IfName) != nil || a.Network == "" || len(a.Config) == 0 {
+				t.Fatalf("decoded an unusable attachment %+v", a)
+			}
+		}
+	})
+}

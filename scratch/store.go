@@ -1,0 +1,165 @@
+package scratch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// MaxContainerIDLen bounds a container ID. Runtimes use 64 hex characters; the
+// bound leaves room for other runtimes while keeping the file name sane.
+const MaxContainerIDLen = 256
+
+var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
+
+// reserved names live beside the records in cniDir.
+var reserved = map[string]bool{"results": true, lockDirName: true}
+
+// ValidateContainerID checks a container ID before it becomes part of a path: no
+// separators, no "..", no leading dot, bounded length.
+func ValidateContainerID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("container ID is empty")
+	case len(id) > MaxContainerIDLen:
+		return fmt.Errorf("container ID is %d characters, more than %d", len(id), MaxContainerIDLen)
+	case !containerIDPattern.MatchString(id) || strings.Contains(id, ".."):
+		return fmt.Errorf("container ID %q may hold only letters, digits, '_', '.' and '-', and must start with a letter or digit", truncateID(id))
+	case reserved[id]:
+		return fmt.Errorf("container ID %q is reserved", id)
+	}
+	return nil
+}
+
+func truncateID(id string) string {
+	if len(id) > 80 {
+		return id[:80] + "…"
+	}
+	return id
+}
+
+// Store keeps records as files named by container ID in one directory.
+type Store struct {
+	Dir string
+}
+
+// Path is the record file of a container. The ID must be valid.
+func (s *Store) Path(containerID string) string { return filepath.Join(s.Dir, containerID) }
+
+// Save writes a record atomically: temp file, fsync, rename, fsync of the directory.
+// After a crash the file is either the old record, the new one, or absent.
+func (s *Store) Save(r *Record) error {
+	if err := ValidateContainerID(r.ContainerID); err != nil {
+		return err
+	}
+	b, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("create scratch dir %s: %w", s.Dir, err)
+	}
+	tmp, err := os.CreateTemp(s.Dir, ".tmp-"+r.ContainerID+"-")
+	if err != nil {
+		return fmt.Errorf("save scratch record for %s: %w", r.ContainerID, err)
+	}
+	tmpName := tmp.Name()
+	_, werr := tmp.Write(b)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmpName, s.Path(r.ContainerID))
+	}
+	if werr != nil {
+		os.Remove(tmpName)
+		return fmt.Errorf("save scratch record for %s: %w", r.ContainerID, werr)
+	}
+	return syncDir(s.Dir)
+}
+
+// Load reads a container's record. It returns (nil, nil) when there is none, and an
+// error wrapping ErrCorrupt when the file is damaged.
+func (s *Store) Load(containerID string) (*Record, error) {
+	if err := ValidateContainerID(containerID); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(s.Path(containerID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load scratch record for %s: %w", containerID, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxRecordBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("load scratch record for %s: %w", containerID, err)
+	}
+	r, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("load scratch record for %s: %w", containerID, err)
+	}
+	if r.ContainerID != containerID {
+		return nil, fmt.Errorf("load scratch record for %s: %w: it is for container %q", containerID, ErrCorrupt, r.ContainerID)
+	}
+	return r, nil
+}
+
+// Remove deletes a container's record. A missing record is not an error.
+func (s *Store) Remove(containerID string) error {
+	if err := ValidateContainerID(containerID); err != nil {
+		return err
+	}
+	if err := os.Remove(s.Path(containerID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove scratch record for %s: %w", containerID, err)
+	}
+	return syncDir(s.Dir)
+}
+
+// List returns the container IDs that have a record, including damaged ones, and
+// removes temp files left by a writer that crashed mid-save.
+func (s *Store) List() ([]string, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list scratch records in %s: %w", s.Dir, err)
+	}
+	var ids []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if strings.HasPrefix(name, ".tmp-") {
+			os.Remove(filepath.Join(s.Dir, name))
+			continue
+		}
+		if ValidateContainerID(name) == nil {
+			ids = append(ids, name)
+		}
+	}
+	return ids, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
