@@ -1,0 +1,167 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// fakeCNI records calls and fails the ones it is told to. Unit tests only: the
+// privileged tests run the real plugins.
+type fakeCNI struct {
+	libcni.CNI // unused methods panic
+	calls      []string
+	failAdd    map[string]error
+	failDel    map[string]error
+	cached     []*libcni.NetworkAttachment
+}
+
+func (f *fakeCNI) AddNetworkList(_ context.Context, l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (types.Result, error) {
+	f.calls = append(f.calls, "ADD "+l.Name+" "+rt.IfName)
+	if err := f.failAdd[l.Name]; err != nil {
+		return nil, err
+	}
+	return &types100.Result{CNIVersion: "1.0.0"}, nil
+}
+
+func (f *fakeCNI) DelNetworkList(_ context.Context, l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	f.calls = append(f.calls, "DEL "+l.Name+" "+rt.IfName)
+	return f.failDel[l.Name]
+}
+
+func (f *fakeCNI) GetCachedAttachments(string) ([]*libcni.NetworkAttachment, error) {
+	return f.cached, nil
+}
+
+func att(name, ifname string) netconf.Attachment {
+	return netconf.Attachment{Network: name, IfName: ifname,
+		Config: []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"x"}]}`, name))}
+}
+
+func newRunner(t *testing.T, f *fakeCNI) *Runner {
+	return &Runner{CNI: f, Store: &scratch.Store{Dir: t.TempDir()}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func record(id string) *scratch.Record {
+	return &scratch.Record{ContainerID: id, Attachments: []netconf.Attachment{att("a", "eth0"), att("b", "net1"), att("c", "net2")}}
+}
+
+func TestAddRollsBackInReverse(t *testing.T) {
+	f := &fakeCNI{failAdd: map[string]error{"c": types.NewError(42, "boom", "")}}
+	r := newRunner(t, f)
+	_, err := r.Add(context.Background(), record("c1"))
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != 42 || !strings.Contains(te.Msg, "network c") || !strings.Contains(te.Msg, "net2") || !strings.Contains(te.Msg, "boom") {
+		t.Fatalf("Add error = %v, want code 42 naming network c, net2 and the cause", err)
+	}
+	want := "ADD a eth0,ADD b net1,ADD c net2,DEL c net2,DEL b net1,DEL a eth0"
+	if got := strings.Join(f.calls, ","); got != want {
+		t.Errorf("calls = %s\nwant    %s", got, want)
+	}
+	if rec, _ := r.Store.Load("c1"); rec != nil {
+		t.Errorf("record survived a failed ADD")
+	}
+}
+
+func TestAddKeepsRecordForDel(t *testing.T) {
+	f := &fakeCNI{}
+	r := newRunner(t, f)
+	res, err := r.Add(context.Background(), record("c1"))
+	if err != nil || len(res) != 3 {
+		t.Fatalf("Add = %v, %v", res, err)
+	}
+	rec, err := r.Store.Load("c1")
+	if err != nil || rec == nil || len(rec.Attachments) != 3 {
+		t.Fatalf("record after ADD = %+v, %v", rec, err)
+	}
+	f.calls = nil
+	if err := r.Del(context.Background(), DelRequest{ContainerID: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.calls, ","); got != "DEL c net2,DEL b net1,DEL a eth0" {
+		t.Errorf("DEL calls = %s", got)
+	}
+	if rec, _ := r.Store.Load("c1"); rec != nil {
+		t.Errorf("record survived DEL")
+	}
+	f.calls = nil
+	if err := r.Del(context.Background(), DelRequest{ContainerID: "c1"}); err != nil || len(f.calls) != 0 {
+		t.Errorf("second DEL = %v with calls %v, want success and no calls", err, f.calls)
+	}
+}
+
+func TestDelContinuesPastFailures(t *testing.T) {
+	for _, retry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retryDeleteOnError=%v", retry), func(t *testing.T) {
+			f := &fakeCNI{failDel: map[string]error{"b": types.NewError(5, "b broke", ""), "c": errors.New("c broke")}}
+			r := newRunner(t, f)
+			r.RetryDeleteOnError = retry
+			if err := r.Store.Save(record("c1")); err != nil {
+				t.Fatal(err)
+			}
+			err := r.Del(context.Background(), DelRequest{ContainerID: "c1"})
+			if err == nil || !strings.Contains(err.Error(), "b broke") || !strings.Contains(err.Error(), "c broke") {
+				t.Fatalf("Del error = %v, want both failures joined", err)
+			}
+			if got := strings.Join(f.calls, ","); got != "DEL c net2,DEL b net1,DEL a eth0" {
+				t.Errorf("calls = %s, want every delegate deleted", got)
+			}
+			rec, _ := r.Store.Load("c1")
+			if (rec != nil) != retry {
+				t.Errorf("record kept = %v, want %v", rec != nil, retry)
+			}
+		})
+	}
+}
+
+func TestDelFallsBackToCache(t *testing.T) {
+	f := &fakeCNI{cached: []*libcni.NetworkAttachment{
+		{ContainerID: "c1", Network: "a", IfName: "eth0", Config: att("a", "eth0").Config},
+		{ContainerID: "c1", Network: "b", IfName: "net1", Config: att("b", "net1").Config},
+	}}
+	r := newRunner(t, f)
+	// A torn record: DEL must not trust it, and must still delete what the cache knows.
+	if err := r.Store.Save(record("c1")); err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(`{"version":1,"sha256":"0`)
+	if err := os.WriteFile(r.Store.Path("c1"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Del(context.Background(), DelRequest{ContainerID: "c1", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.calls, ","); got != "DEL b net1,DEL a eth0" {
+		t.Errorf("calls = %s, want the cached attachments, default network last", got)
+	}
+}
+
+func TestDefaultRouteConflictsAreRefused(t *testing.T) {
+	a, b := att("a", "eth0"), att("b", "net1")
+	a.DefaultRoute = []string{"10.0.0.1"}
+	b.DefaultRoute = []string{"10.1.0.1"}
+	err := CheckDefaultRoutes([]netconf.Attachment{a, b})
+	if netconf.Code(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), "10.1.0.1") {
+		t.Errorf("two IPv4 gateways: %v, want code 7 naming the second", err)
+	}
+	b.DefaultRoute = []string{"fd00::1"}
+	if err := CheckDefaultRoutes([]netconf.Attachment{a, b}); err != nil {
+		t.Errorf("one gateway per family: %v", err)
+	}
+	b.DefaultRoute = []string{"not-an-ip"}
+	if err := CheckDefaultRoutes([]netconf.Attachment{a, b}); netconf.Code(err) != types.ErrInvalidNetworkConfig {
+		t.Errorf("bad gateway: %v, want code 7", err)
+	}
+}
