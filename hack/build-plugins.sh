@@ -2,7 +2,8 @@
 # Builds the CNI plugins the tests and the demo call: the reference plugins from
 # github.com/containernetworking/plugins, and noop, sleep and cnitool from
 # github.com/containernetworking/cni, at the versions in go.mod. They land in a
-# cache keyed by those versions; the directory is printed.
+# cache keyed by those versions; the directory is printed. Our own gate test
+# plugin (internal/testenv/gate) is built there too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${MANIFOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/manifold}
@@ -26,4 +27,6 @@ if [ ! -f "$dir/.complete" ]; then
   go build -trimpath -o "$dir/cnitool" github.com/containernetworking/cni/cnitool
   touch "$dir/.complete"
 fi
+# The gate test plugin is ours and changes with the tree: always rebuild (cheap).
+go build -trimpath -o "$dir/gate.tmp" ./internal/testenv/gate && mv "$dir/gate.tmp" "$dir/gate"
 echo "$dir"

@@ -386,4 +386,3 @@ func TestConfigVersions(t *testing.T) {
 		})
 	}
 }
-

@@ -39,14 +39,14 @@ func newAPIClient(conf *netconf.Config) (podAPI, error) {
 
 // call is the state of one CNI invocation.
 type call struct {
-	cmd     string
-	args    *skel.CmdArgs
-	conf    *netconf.Config
-	cniArgs [][2]string
-	pod     netconf.PodRef
-	log     *slog.Logger
+	cmd      string
+	args     *skel.CmdArgs
+	conf     *netconf.Config
+	cniArgs  [][2]string
+	pod      netconf.PodRef
+	log      *slog.Logger
 	closeLog func()
-	runner  *delegate.Runner
+	runner   *delegate.Runner
 }
 
 // begin parses what every verb needs: the config, CNI_ARGS and the logger.

@@ -77,35 +77,18 @@ func Plugins(t testing.TB) string {
 	return pluginsDir
 }
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  string
-)
-
-// Manifold returns the path of the manifold binary: $MANIFOLD_BIN, or a fresh
-// build in a temp dir (shared by the tests of one package run).
+// Manifold returns the path of the manifold binary: $MANIFOLD_BIN (make test sets
+// it), or else a fresh build in the test's temp dir.
 func Manifold(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		if b := os.Getenv("MANIFOLD_BIN"); b != "" {
-			binPath = b
-			return
-		}
-		dir, err := os.MkdirTemp("", "manifold-bin-")
-		if err != nil {
-			binErr = err.Error()
-			return
-		}
-		binPath = filepath.Join(dir, "manifold")
-		if out, err := run(RepoRoot(t), "go", "build", "-o", binPath, "./cmd/manifold"); err != nil {
-			binErr = err.Error() + ": " + out
-		}
-	})
-	if binErr != "" {
-		t.Fatalf("build manifold: %s", binErr)
+	if b := os.Getenv("MANIFOLD_BIN"); b != "" {
+		return b
 	}
-	return binPath
+	bin := filepath.Join(t.TempDir(), "manifold")
+	if out, err := run(RepoRoot(t), "go", "build", "-o", bin, "./cmd/manifold"); err != nil {
+		t.Fatalf("build manifold: %v: %s", err, out)
+	}
+	return bin
 }
 
 // BinDir returns a directory holding manifold and every plugin, as a node's
@@ -131,6 +114,16 @@ func BinDir(t testing.TB) string {
 	return dir
 }
 
+func run(dir string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err := cmd.Run()
+	return buf.String(), err
+}
+
 // NetNS creates a network namespace that is closed and unmounted when the test
 // ends.
 func NetNS(t testing.TB) ns.NetNS {
@@ -144,14 +137,4 @@ func NetNS(t testing.TB) ns.NetNS {
 		_ = testutils.UnmountNS(n)
 	})
 	return n
-}
-
-func run(dir string, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	var buf bytes.Buffer
-	cmd.Stdout = &buf
-	cmd.Stderr = &buf
-	err := cmd.Run()
-	return buf.String(), err
 }
