@@ -45,8 +45,11 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	if rec == nil {
 		rec = &scratch.Record{ContainerID: req.ContainerID, RuntimeArgs: req.RuntimeArgs}
 	}
-	// The runtime's netns is the current truth; the recorded one may be stale.
-	rec.NetNS = req.NetNS
+	// The runtime's netns is the current truth; GC sends none, and then the
+	// recorded one is the best we know.
+	if req.NetNS != "" {
+		rec.NetNS = req.NetNS
+	}
 	if netnsGone(rec.NetNS) {
 		rec.NetNS = ""
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,7 @@ func (n *node) macvlanConf(version, parent, subnet string) string {
 
 func ptpConf(version, addr string) string {
 	return fmt.Sprintf(`{"cniVersion":%q,"name":"ptp-net","type":"ptp",
-		"ipam":{"type":"static","addresses":[{"address":%q}],"routes":[{"dst":"192.168.250.0/24"}]}}`, version, addr)
+		"ipam":{"type":"static","addresses":[{"address":%q,"gateway":%q}],"routes":[{"dst":"192.168.250.0/24"}]}}`, version, addr, gatewayOf(addr))
 }
 
 func newPod(t *testing.T) (*testenv.Pod, ns.NetNS) {
@@ -139,7 +140,7 @@ func podRoutes(t *testing.T, netns ns.NetNS) []string {
 				return err
 			}
 			dst := "default"
-			if r.Dst != nil {
+			if r.Dst != nil && r.Dst.String() != "0.0.0.0/0" {
 				dst = r.Dst.String()
 			}
 			out = append(out, fmt.Sprintf("%s via %v dev %s", dst, r.Gw, l.Attrs().Name))
@@ -237,7 +238,7 @@ func TestThreeDelegatesAddDel(t *testing.T) {
 	if !contains(routes, "default via 10.201.1.1 dev eth0") {
 		t.Errorf("routes = %v, want the default via eth0's gateway", routes)
 	}
-	if !contains(routes, "192.168.250.0/24 via 10.201.3.1 dev net2") && !containsPrefix(routes, "192.168.250.0/24 via") {
+	if !contains(routes, "192.168.250.0/24 via 10.201.3.1 dev net2") {
 		t.Errorf("routes = %v, want 192.168.250.0/24 via net2's ptp gateway", routes)
 	}
 	if got := leases(t, n.leaseDir); len(got) != 2 {
@@ -269,15 +270,6 @@ func TestThreeDelegatesAddDel(t *testing.T) {
 	if err := n.rt.Del(ctx, conf, pod); err != nil {
 		t.Errorf("second DEL: %v", err)
 	}
-}
-
-func containsPrefix(list []string, p string) bool {
-	for _, x := range list {
-		if strings.HasPrefix(x, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // noopConf is a noop delegate that logs every call to cmdLog and behaves as its
@@ -385,4 +377,15 @@ func TestConfigVersions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gatewayOf gives the .1 of an IPv4 CIDR's subnet.
+func gatewayOf(cidr string) string {
+	ip, n, err := net.ParseCIDR(cidr)
+	if err != nil || ip.To4() == nil {
+		panic("bad test CIDR " + cidr)
+	}
+	gw := n.IP.To4()
+	gw[3]++
+	return gw.String()
 }
