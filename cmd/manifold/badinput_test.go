@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+// fakeAPI serves one pod and a set of NADs from memory, and records what it is
+// asked. Unit tests only; e2e runs against a real kube-apiserver.
+type fakeAPI struct {
+	pod     *k8sclient.Pod
+	nads    map[string]string
+	events  []string
+	patches int
+}
+
+func (f *fakeAPI) WaitForPod(_ context.Context, ns, name string, _ time.Duration) (*k8sclient.Pod, error) {
+	if f.pod == nil || f.pod.Namespace != ns || f.pod.Name != name {
+		return nil, k8sclient.ErrNotFound
+	}
+	return f.pod, nil
+}
+
+func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.NetworkAttachmentDefinition, error) {
+	cfg, ok := f.nads[ns+"/"+name]
+	if !ok {
+		return nil, k8sclient.ErrNotFound
+	}
+	nad := &k8sclient.NetworkAttachmentDefinition{}
+	nad.Spec.Config = cfg
+	return nad, nil
+}
+
+func (f *fakeAPI) PatchPodAnnotation(context.Context, string, string, string, string) error {
+	f.patches++
+	return nil
+}
+
+func (f *fakeAPI) Event(_ context.Context, _ *k8sclient.Pod, typ, reason, msg, _ string, _ time.Time) error {
+	f.events = append(f.events, typ+" "+reason+" "+msg)
+	return nil
+}
+
+// testConf is a config whose delegates would fail if they ever ran: bad input must
+// be refused before any delegate is called.
+func testConf(t *testing.T, extra map[string]any) []byte {
+	t.Helper()
+	m := map[string]any{
+		"cniVersion": "1.0.0", "name": "manifold", "type": "manifold",
+		"kubeconfig": "/nonexistent/kubeconfig", "cniDir": t.TempDir(), "binDir": t.TempDir(),
+		"delegates": []any{map[string]any{"cniVersion": "1.0.0", "name": "def", "type": "must-not-run"}},
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestBadInputInProcess(t *testing.T) {
+	nadConf := `{"cniVersion":"1.0.0","type":"must-not-run"}`
+	huge := strings.Repeat("a,", 40000) + "a"
+	cases := []struct {
+		name        string
+		containerID string
+		ifName      string
+		annotation  string
+		conf        map[string]any
+		stdin       []byte
+		code        uint
+		mention     []string
+	}{
+		{name: "path traversal container ID", containerID: "../../etc/passwd", code: 4, mention: []string{"CNI_CONTAINERID", "../../etc/passwd"}},
+		{name: "slash in container ID", containerID: "a/b", code: 4, mention: []string{"CNI_CONTAINERID"}},
+		{name: "16-character CNI_IFNAME", ifName: "abcdefghijklmnop", code: 4, mention: []string{"CNI_IFNAME", "abcdefghijklmnop"}},
+		{name: "16-character interface in annotation", annotation: "net-a@abcdefghijklmnop", code: 7, mention: []string{"abcdefghijklmnop"}},
+		{name: "5-byte MAC", annotation: `[{"name":"net-a","mac":"aa:bb:cc:dd:ee"}]`, code: 7, mention: []string{"mac", "aa:bb:cc:dd:ee"}},
+		{name: "duplicate interface", annotation: "net-a@data, net-a@data", code: 7, mention: []string{"data", "already taken"}},
+		{name: "interface clashes with eth0", annotation: "net-a@eth0", code: 7, mention: []string{"eth0"}},
+		{name: "huge annotation", annotation: huge, code: 7, mention: []string{"annotation"}},
+		{name: "bad IP", annotation: `[{"name":"net-a","ips":["10.1.1.300/24"]}]`, code: 7, mention: []string{"ips", "10.1.1.300/24"}},
+		{name: "port 0", annotation: `[{"name":"net-a","portMappings":[{"hostPort":0,"containerPort":80}]}]`, code: 7, mention: []string{"hostPort"}},
+		{name: "missing NAD", annotation: "nope", code: 7, mention: []string{"default/nope"}},
+		{name: "bad JSON annotation", annotation: `[{"name":`, code: 7, mention: []string{"annotation"}},
+		{name: "two IPv4 default routes", annotation: `[{"name":"net-a","default-route":["10.0.0.1"]},{"name":"net-a","default-route":["10.0.1.1"]}]`, code: 7, mention: []string{"10.0.1.1"}},
+		{name: "isolation", annotation: "other/net-b", conf: map[string]any{"namespaceIsolation": true}, code: 7, mention: []string{"other/net-b", "namespaceIsolation"}},
+		{name: "bad logLevel", conf: map[string]any{"logLevel": "loud"}, code: 7, mention: []string{"logLevel", "loud"}},
+		{name: "delegates not a list", conf: map[string]any{"delegates": "x"}, code: 7, mention: []string{"delegates"}},
+		{name: "relative cniDir", conf: map[string]any{"cniDir": "var/lib"}, code: 7, mention: []string{"cniDir", "var/lib"}},
+		{name: "bad duration", conf: map[string]any{"apiTimeout": "soon"}, code: 7, mention: []string{"apiTimeout", "soon"}},
+		{name: "no default network", conf: map[string]any{"delegates": nil}, code: 7, mention: []string{"clusterNetwork", "delegates"}},
+		{name: "huge config", stdin: append([]byte(`{"cniVersion":"1.0.0","name":"m","x":"`), append(bytes.Repeat([]byte("x"), 2<<20), '"', '}')...), code: 7, mention: []string{"limit"}},
+		{name: "not JSON", stdin: []byte("{{{"), code: 7, mention: []string{"invalid"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &fakeAPI{
+				pod:  &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u", Annotations: map[string]string{annotNetworks: tc.annotation}},
+				nads: map[string]string{"default/net-a": nadConf, "other/net-b": nadConf},
+			}
+			var stdout bytes.Buffer
+			p := &plugin{stdout: &stdout, stderr: io.Discard, getenv: os.Getenv, now: time.Now,
+				newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
+			args := &skel.CmdArgs{ContainerID: "c1", Netns: "/proc/self/ns/net", IfName: "eth0",
+				Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;K8S_POD_UID=u", StdinData: tc.stdin}
+			if args.StdinData == nil {
+				args.StdinData = testConf(t, tc.conf)
+			}
+			if tc.containerID != "" {
+				args.ContainerID = tc.containerID
+			}
+			if tc.ifName != "" {
+				args.IfName = tc.ifName
+			}
+			err := p.cmdAdd(args)
+			var te *types.Error
+			if !errors.As(err, &te) {
+				t.Fatalf("ADD = %v, want a CNI error", err)
+			}
+			if te.Code != tc.code {
+				t.Errorf("code = %d, want %d (%s)", te.Code, tc.code, te.Msg)
+			}
+			for _, m := range tc.mention {
+				if !strings.Contains(te.Msg, m) {
+					t.Errorf("message %q does not mention %q", te.Msg, m)
+				}
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing on failure", stdout.String())
+			}
+			if api.patches != 0 {
+				t.Errorf("a failed ADD wrote network-status")
+			}
+		})
+	}
+}
+
+// TestBadEnvironment runs the real binary with broken CNI environments; skel and
+// manifold must answer with a CNI error on stdout, never a panic.
+func TestBadEnvironment(t *testing.T) {
+	bin := testenv.Manifold(t)
+	conf := testConf(t, nil)
+	base := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/proc/self/ns/net", "CNI_IFNAME=eth0", "CNI_PATH=/nonexistent"}
+	cases := map[string]struct {
+		drop, set string
+		code      uint
+	}{
+		"no CNI_NETNS":           {drop: "CNI_NETNS", code: 4},
+		"no CNI_CONTAINERID":     {drop: "CNI_CONTAINERID", code: 4},
+		"no CNI_IFNAME":          {drop: "CNI_IFNAME", code: 4},
+		"traversal container ID": {set: "CNI_CONTAINERID=../x", code: 4},
+		"garbage CNI_ARGS":       {set: "CNI_ARGS=novalue", code: 4},
+		"unknown command":        {set: "CNI_COMMAND=EXPLODE", code: 4},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var env []string
+			for _, kv := range base {
+				if tc.drop == "" || !strings.HasPrefix(kv, tc.drop+"=") {
+					env = append(env, kv)
+				}
+			}
+			if tc.set != "" {
+				env = append(env, tc.set)
+			}
+			cmd := exec.Command(bin)
+			cmd.Env = env
+			cmd.Stdin = bytes.NewReader(conf)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err == nil {
+				t.Fatalf("exit 0, want failure; stdout %s", out)
+			}
+			if strings.Contains(stderr.String(), "panic") {
+				t.Fatalf("panic: %s", stderr.String())
+			}
+			var te types.Error
+			if jerr := json.Unmarshal(out, &te); jerr != nil || te.Code != tc.code {
+				t.Errorf("stdout = %s, want a CNI error with code %d", out, tc.code)
+			}
+		})
+	}
+}
