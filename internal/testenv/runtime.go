@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -32,16 +33,12 @@ func PodArgs(namespace, name, uid, containerID string) [][2]string {
 	}
 }
 
-// Conf parses a conflist (or single conf) for the runtime.
+// Conf parses a conflist for the runtime.
 func Conf(t testing.TB, raw []byte) *libcni.NetworkConfigList {
 	t.Helper()
 	list, err := libcni.NetworkConfFromBytes(raw)
 	if err == nil && len(list.Plugins) == 0 {
-		var single *libcni.PluginConfig
-		single, err = libcni.ConfFromBytes(raw)
-		if err == nil {
-			list, err = libcni.ConfListFromConf(single)
-		}
+		err = errors.New("no plugins")
 	}
 	if err != nil {
 		t.Fatalf("parse config: %v\n%s", err, raw)
