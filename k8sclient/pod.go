@@ -47,13 +47,16 @@ func (c *Client) WaitForPod(ctx context.Context, namespace, name string, wait ti
 	delay := 50 * time.Millisecond
 	for {
 		p, err := c.GetPod(ctx, namespace, name)
-		if err == nil || !errors.Is(err, ErrNotFound) || time.Now().Add(delay).After(deadline) {
+		remaining := time.Until(deadline)
+		if err == nil || !errors.Is(err, ErrNotFound) || remaining <= 0 {
 			return p, err
 		}
+		// The last read happens at the deadline, not a back-off step before
+		// it, so a pod that shows up within the wait is found.
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(delay):
+		case <-time.After(min(delay, remaining)):
 		}
 		if delay < 400*time.Millisecond {
 			delay *= 2

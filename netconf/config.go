@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,8 +99,10 @@ func (c *Config) validate() error {
 	if c.CNIVersion == "" {
 		return fmt.Errorf("key \"cniVersion\" is missing")
 	}
-	if _, err := version.NewResult(c.CNIVersion, []byte("{}")); err != nil {
-		return fmt.Errorf("key \"cniVersion\": unsupported version %q", c.CNIVersion)
+	// Checked against the list, not by decoding a result: version.NewResult also
+	// insists that the bytes carry the same cniVersion, so "{}" failed every version.
+	if !slices.Contains(version.All.SupportedVersions(), c.CNIVersion) {
+		return fmt.Errorf("key \"cniVersion\": unsupported version %q (want one of %s)", c.CNIVersion, strings.Join(version.All.SupportedVersions(), ", "))
 	}
 	if c.ClusterNetwork == "" && len(c.Delegates) == 0 {
 		return fmt.Errorf("neither key \"clusterNetwork\" nor key \"delegates\" is set; one of them names the default network")

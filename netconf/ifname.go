@@ -3,6 +3,7 @@ package netconf
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 )
 
@@ -25,6 +26,12 @@ func ValidateIfName(name string) error {
 			return fmt.Errorf("interface name %q contains %q, which is not allowed", name, r)
 		}
 	}
+	// The kernel tests bytes, and its isspace() counts 0xa0 as a space, so a
+	// UTF-8 name such as "à" (c3 a0) is refused there even though no rune of it
+	// is a space.
+	if i := strings.IndexByte(name, 0xa0); i >= 0 {
+		return fmt.Errorf("interface name %q contains the byte 0xa0 at %d, which the kernel takes for a space", name, i)
+	}
 	return nil
 }
 
@@ -41,6 +48,11 @@ func AssignIfNames(atts []Attachment, podIfName string) error {
 		a := &atts[i]
 		switch {
 		case i == 0:
+			// The default-network annotation may carry an "interface"; the runtime
+			// chose CNI_IFNAME, so a different name is refused, not ignored.
+			if a.IfName != "" && a.IfName != podIfName {
+				return fmt.Errorf("network %s: the default network always gets CNI_IFNAME %q; it cannot ask for interface %q", a.DisplayName(), podIfName, a.IfName)
+			}
 			a.IfName = podIfName
 		case a.IfName == "":
 			a.IfName = "net" + strconv.Itoa(i)

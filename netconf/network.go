@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -14,6 +15,9 @@ import (
 // Real configs are a few KiB; the cap keeps a hostile or corrupt input from costing
 // memory on every pod start.
 const MaxConfigBytes = 1 << 20
+
+// networkNameRE is libcni's rule for network names.
+var networkNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 
 // Network is one delegate network, normalised to a conflist.
 type Network struct {
@@ -51,6 +55,11 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 	}
 	if name == "" {
 		return nil, fmt.Errorf("network config has no \"name\"")
+	}
+	// libcni refuses such a name at ADD time (utils.ValidateNetworkName); refusing
+	// it here names the config instead of failing half-way through a pod's ADD.
+	if !networkNameRE.MatchString(name) {
+		return nil, fmt.Errorf("network name %q is not valid: it must start with a letter or digit, followed by letters, digits, '_', '.' or '-'", truncate(name, 80))
 	}
 	if cniVersion == "" {
 		return nil, fmt.Errorf("network %q has no \"cniVersion\"", name)

@@ -118,7 +118,7 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 		}
 	}
 	atts[0].IsDefault = true
-	atts[0].RuntimeConfig = c.conf.RuntimeConfig
+	atts[0].RuntimeConfig = mergeRuntimeConfig(c.conf.RuntimeConfig, atts[0].RuntimeConfig)
 	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
@@ -136,7 +136,9 @@ func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, n
 		if err != nil {
 			return err
 		}
-		sel.Namespace = c.conf.MultusNamespace
+		if err := checkIsolation(c.conf, pod.Namespace, sel, true); err != nil {
+			return err
+		}
 		att, err := attachSelection(ctx, c.log, c.conf, nads, *sel)
 		if err != nil {
 			return err
@@ -152,8 +154,8 @@ func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, n
 		return err
 	}
 	for _, sel := range sels {
-		if c.conf.NamespaceIsolation && sel.Namespace != pod.Namespace && !c.conf.IsGlobalNamespace(sel.Namespace) {
-			return netconf.Invalid("network %s/%s: namespaceIsolation forbids a pod in namespace %s to use a NAD in namespace %s", sel.Namespace, sel.Name, pod.Namespace, sel.Namespace)
+		if err := checkIsolation(c.conf, pod.Namespace, &sel, false); err != nil {
+			return err
 		}
 		att, err := attachSelection(ctx, c.log, c.conf, nads, sel)
 		if err != nil {
@@ -162,6 +164,34 @@ func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, n
 		*atts = append(*atts, att)
 	}
 	return nil
+}
+
+// checkIsolation applies namespaceIsolation: a pod may use NADs in its own
+// namespace and in globalNamespaces. The default-network override may also name
+// a NAD in the system namespace, where such NADs live by default.
+func checkIsolation(conf *netconf.Config, podNamespace string, sel *netconf.NetworkSelection, override bool) error {
+	ns := sel.Namespace
+	if !conf.NamespaceIsolation || ns == podNamespace || conf.IsGlobalNamespace(ns) || (override && ns == conf.MultusNamespace) {
+		return nil
+	}
+	return netconf.Invalid("network %s/%s: namespaceIsolation forbids a pod in namespace %s to use a NAD in namespace %s", ns, sel.Name, podNamespace, ns)
+}
+
+// mergeRuntimeConfig gives the default network the runtime's capability args
+// (portMappings, bandwidth, ...) plus what the default-network annotation asked
+// for; the annotation wins on a key both set.
+func mergeRuntimeConfig(fromRuntime, fromAnnotation map[string]any) map[string]any {
+	if len(fromAnnotation) == 0 {
+		return fromRuntime
+	}
+	out := make(map[string]any, len(fromRuntime)+len(fromAnnotation))
+	for k, v := range fromRuntime {
+		out[k] = v
+	}
+	for k, v := range fromAnnotation {
+		out[k] = v
+	}
+	return out
 }
 
 // attachSelection turns one requested network into an attachment.

@@ -1,0 +1,204 @@
+package netconf
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Capability names (CNI CONVENTIONS.md) that an annotation can ask for.
+const (
+	CapPortMappings   = "portMappings"
+	CapBandwidth      = "bandwidth"
+	CapIPs            = "ips"
+	CapMAC            = "mac"
+	CapInfinibandGUID = "infinibandGUID"
+	CapDeviceID       = "deviceID"
+)
+
+// AttachmentForSelection turns a selection and its NAD's spec.config into an
+// attachment (DESIGN §3, §4). An empty spec.config is looked up by the NAD's name
+// in confDir. It returns warnings for requests that a plugin may not honour but
+// that also travel in CNI_ARGS (ips, mac); every error is a CNI error with code 7
+// that names the NAD.
+//
+// "ipam-claim-reference" is validated (ParseNetworksAnnotation) but not forwarded:
+// Multus drops it (its NetworkSelectionElement has no such field), and the IPAM
+// that uses it (OVN-Kubernetes) reads it from the pod's annotation itself.
+// Inventing a transport here would be one that no plugin reads.
+func AttachmentForSelection(sel NetworkSelection, nadConfig string, confDir string) (Attachment, []string, error) {
+	nad := sel.Namespace + "/" + sel.Name
+	if err := sel.Validate(); err != nil {
+		return Attachment{}, nil, Invalid("network %s: invalid selection: %v", nad, err)
+	}
+	n, err := networkForNAD(nad, sel.Name, nadConfig, confDir)
+	if err != nil {
+		return Attachment{}, nil, err
+	}
+	if len(sel.CNIArgs) > 0 {
+		b, err := mergeCNIArgs(n.Bytes, sel.CNIArgs)
+		if err != nil {
+			return Attachment{}, nil, Invalid("network %s: add \"cni-args\": %v", nad, err)
+		}
+		n.Bytes = b
+	}
+	att := NewAttachment(n, nad)
+	att.IfName = sel.InterfaceRequest
+	if len(sel.DefaultRoute) > 0 {
+		att.DefaultRoute = append([]string(nil), sel.DefaultRoute...)
+	}
+	warnings, err := applyRequests(&att, n, sel)
+	if err != nil {
+		return Attachment{}, nil, err
+	}
+	return att, warnings, nil
+}
+
+// networkForNAD parses spec.config, or finds the NAD's network in confDir when
+// spec.config is empty.
+func networkForNAD(nad, name, nadConfig, confDir string) (*Network, error) {
+	if strings.TrimSpace(nadConfig) == "" {
+		n, err := FindNetworkInDir(confDir, name)
+		if err != nil {
+			return nil, Invalid("network %s: spec.config is empty, and looking for a config named %q in %s failed: %v", nad, name, confDir, err)
+		}
+		if n == nil {
+			return nil, Invalid("network %s: spec.config is empty, and %s has no config named %q", nad, confDir, name)
+		}
+		return n, nil
+	}
+	n, err := ParseNetwork([]byte(nadConfig), name)
+	if err != nil {
+		return nil, Invalid("network %s: invalid spec.config: %v", nad, err)
+	}
+	return n, nil
+}
+
+// applyRequests fills the attachment's runtime config and CNI_ARGS from the
+// selection, after checking that some plugin of the network can honour each
+// request (DESIGN §4).
+func applyRequests(att *Attachment, n *Network, sel NetworkSelection) ([]string, error) {
+	rc := map[string]any{}
+	var warnings []string
+	need := func(annotKey, capName string) error {
+		if n.Capabilities[capName] {
+			return nil
+		}
+		return Invalid("network %s: the annotation asks for %q, but no plugin of the network (%s) declares the %q capability",
+			att.NAD, annotKey, strings.Join(n.Types, ", "), capName)
+	}
+	want := func(annotKey, capName string) {
+		if !n.Capabilities[capName] {
+			warnings = append(warnings, fmt.Sprintf("the annotation asks for %q, but no plugin of the network (%s) declares the %q capability; it is passed in CNI_ARGS only",
+				annotKey, strings.Join(n.Types, ", "), capName))
+		}
+	}
+	if len(sel.PortMappings) > 0 {
+		if err := need("portMappings", CapPortMappings); err != nil {
+			return nil, err
+		}
+		rc[CapPortMappings] = append([]PortMapping(nil), sel.PortMappings...)
+	}
+	if sel.Bandwidth != nil {
+		if err := need("bandwidth", CapBandwidth); err != nil {
+			return nil, err
+		}
+		bw := *sel.Bandwidth
+		rc[CapBandwidth] = &bw
+	}
+	if sel.InfinibandGUID != "" {
+		if err := need("infiniband-guid", CapInfinibandGUID); err != nil {
+			return nil, err
+		}
+		rc[CapInfinibandGUID] = sel.InfinibandGUID
+	}
+	if sel.DeviceID != "" {
+		if err := need("deviceID", CapDeviceID); err != nil {
+			return nil, err
+		}
+		rc[CapDeviceID] = sel.DeviceID
+	}
+	if len(sel.IPs) > 0 {
+		want("ips", CapIPs)
+		rc[CapIPs] = append([]string(nil), sel.IPs...)
+		// As written, CIDRs included: static IPAM needs the prefix length.
+		att.CNIArgs = append(att.CNIArgs, [2]string{"IP", strings.Join(sel.IPs, ",")})
+	}
+	if sel.MAC != "" {
+		want("mac", CapMAC)
+		rc[CapMAC] = sel.MAC
+		att.CNIArgs = append(att.CNIArgs, [2]string{"MAC", sel.MAC})
+	}
+	if len(rc) > 0 {
+		att.RuntimeConfig = rc
+	}
+	return warnings, nil
+}
+
+// mergeCNIArgs sets each of extra's keys in args.cni of every plugin of the
+// conflist. The annotation wins over a key the NAD already has; every other key,
+// in args.cni and elsewhere in the plugin, is kept.
+func mergeCNIArgs(conflist []byte, extra map[string]any) ([]byte, error) {
+	var list map[string]json.RawMessage
+	if err := json.Unmarshal(conflist, &list); err != nil {
+		return nil, fmt.Errorf("decode conflist: %w", err)
+	}
+	var plugins []map[string]json.RawMessage
+	if err := json.Unmarshal(list["plugins"], &plugins); err != nil {
+		return nil, fmt.Errorf("decode \"plugins\": %w", err)
+	}
+	encoded := make(map[string]json.RawMessage, len(extra))
+	keys := make([]string, 0, len(extra))
+	for k, v := range extra {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encode key %q: %w", k, err)
+		}
+		encoded[k] = b
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, p := range plugins {
+		if p == nil {
+			return nil, fmt.Errorf("plugin %d is not an object", i)
+		}
+		args, err := subObject(p, "args")
+		if err != nil {
+			return nil, fmt.Errorf("plugin %d: %w", i, err)
+		}
+		cni, err := subObject(args, "cni")
+		if err != nil {
+			return nil, fmt.Errorf("plugin %d: \"args\": %w", i, err)
+		}
+		for _, k := range keys {
+			cni[k] = encoded[k]
+		}
+		if args["cni"], err = json.Marshal(cni); err != nil {
+			return nil, err
+		}
+		if p["args"], err = json.Marshal(args); err != nil {
+			return nil, err
+		}
+	}
+	b, err := json.Marshal(plugins)
+	if err != nil {
+		return nil, err
+	}
+	list["plugins"] = b
+	return json.Marshal(list)
+}
+
+// subObject returns m[key] decoded as an object, or a new empty one when the key
+// is absent or null.
+func subObject(m map[string]json.RawMessage, key string) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	raw, ok := m[key]
+	if !ok || string(raw) == "null" {
+		return out, nil
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out == nil {
+		return nil, fmt.Errorf("%q is %s, not an object", key, describeValue(raw))
+	}
+	return out, nil
+}
