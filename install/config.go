@@ -1,0 +1,92 @@
+package install
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+// GenerateConfig builds manifold's conflist for the given primary config: a
+// single manifold plugin whose default network (clusterNetwork) is the
+// primary's file on the host. It takes the primary's cniVersion, a version
+// this node's runtime is known to accept, so the runtime sees results in the
+// same version as it did without manifold; and the primary's capabilities.
+func GenerateConfig(p *Primary, o *Options) ([]byte, error) {
+	plugin := map[string]any{
+		"type":           "manifold",
+		"clusterNetwork": filepath.Join(o.HostCNIConfDir, p.Name),
+		"kubeconfig":     filepath.Join(o.hostCredDir(), kubeconfigName),
+		"binDir":         o.HostCNIBinDir,
+	}
+	if len(p.Capabilities) > 0 {
+		plugin["capabilities"] = p.Capabilities
+	}
+	for key, v := range map[string]string{
+		"cniDir":                 o.CNIDir,
+		"logLevel":               o.LogLevel,
+		"logFile":                o.LogFile,
+		"globalNamespaces":       o.GlobalNamespaces,
+		"multusNamespace":        o.MultusNamespace,
+		"readinessindicatorfile": o.ReadinessIndicatorFile,
+	} {
+		if v != "" {
+			plugin[key] = v
+		}
+	}
+	if o.NamespaceIsolation {
+		plugin["namespaceIsolation"] = true
+	}
+	if o.SystemNamespaces.set {
+		plugin["systemNamespaces"] = o.SystemNamespaces.values
+	}
+	if len(o.DefaultNetworks.values) > 0 {
+		plugin["defaultNetworks"] = o.DefaultNetworks.values
+	}
+	extra, err := o.additional()
+	if err != nil {
+		return nil, err
+	}
+	// The admin's additional keys come last and win: they are the escape hatch
+	// for anything the flags do not cover. "type" is guarded in additional().
+	for key, v := range extra {
+		plugin[key] = v
+	}
+	if err := checkPlugin(plugin, p.CNIVersion, o.NetworkName); err != nil {
+		return nil, err
+	}
+	list := struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}{p.CNIVersion, o.NetworkName, []map[string]any{plugin}}
+	// encoding/json sorts map keys, so the same inputs give the same bytes and
+	// an unchanged config is never rewritten.
+	out, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifold config: %w", err)
+	}
+	return append(out, '\n'), nil
+}
+
+// checkPlugin runs the plugin config through manifold's own parser, as libcni
+// will hand it over (with the list's name and cniVersion). A config that
+// manifold rejects would fail every pod on the node, so it is never installed:
+// a bad flag, a bad --additional-config value or a primary with a cniVersion
+// manifold does not support is an error here instead.
+func checkPlugin(plugin map[string]any, cniVersion, name string) error {
+	conf := make(map[string]any, len(plugin)+2)
+	for k, v := range plugin {
+		conf[k] = v
+	}
+	conf["cniVersion"], conf["name"] = cniVersion, name
+	stdin, err := json.Marshal(conf)
+	if err != nil {
+		return fmt.Errorf("encode manifold config: %w", err)
+	}
+	if _, err := netconf.ParseConfig(stdin); err != nil {
+		return fmt.Errorf("generated config would be refused by manifold: %w", err)
+	}
+	return nil
+}
