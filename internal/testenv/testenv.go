@@ -7,8 +7,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -32,47 +30,26 @@ func RequirePrivileged(t testing.TB) {
 // RepoRoot is the directory that holds go.mod.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test's directory")
-		}
-		dir = parent
-	}
+	return dir
 }
 
 var (
 	pluginsOnce sync.Once
 	pluginsDir  string
-	pluginsErr  string
+	pluginsErr  error
 )
 
 // Plugins returns the directory of CNI plugin binaries: $MANIFOLD_PLUGINS_DIR, or
 // what hack/build-plugins.sh builds (cached, so only the first run is slow).
 func Plugins(t testing.TB) string {
 	t.Helper()
-	pluginsOnce.Do(func() {
-		if d := os.Getenv("MANIFOLD_PLUGINS_DIR"); d != "" {
-			pluginsDir = d
-			return
-		}
-		out, err := run(RepoRoot(t), "bash", "hack/build-plugins.sh")
-		if err != nil {
-			pluginsErr = err.Error() + ": " + out
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		pluginsDir = lines[len(lines)-1]
-	})
-	if pluginsErr != "" {
-		t.Fatalf("build CNI plugins: %s", pluginsErr)
+	pluginsOnce.Do(func() { pluginsDir, pluginsErr = FindPlugins() })
+	if pluginsErr != nil {
+		t.Fatal(pluginsErr)
 	}
 	return pluginsDir
 }
@@ -81,12 +58,9 @@ func Plugins(t testing.TB) string {
 // it), or else a fresh build in the test's temp dir.
 func Manifold(t testing.TB) string {
 	t.Helper()
-	if b := os.Getenv("MANIFOLD_BIN"); b != "" {
-		return b
-	}
-	bin := filepath.Join(t.TempDir(), "manifold")
-	if out, err := run(RepoRoot(t), "go", "build", "-o", bin, "./cmd/manifold"); err != nil {
-		t.Fatalf("build manifold: %v: %s", err, out)
+	bin, err := FindManifold(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -96,19 +70,7 @@ func Manifold(t testing.TB) string {
 func BinDir(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	src := Plugins(t)
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-			if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := os.Symlink(Manifold(t), filepath.Join(dir, "manifold")); err != nil {
+	if err := LinkBinDir(dir, Plugins(t), Manifold(t)); err != nil {
 		t.Fatal(err)
 	}
 	return dir
