@@ -19,7 +19,7 @@ import (
 )
 
 func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
-	c, err := p.begin("ADD", args)
+	c, err := p.start("ADD", args)
 	if err != nil {
 		return err
 	}

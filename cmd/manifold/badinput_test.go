@@ -167,6 +167,7 @@ func TestBadEnvironment(t *testing.T) {
 		"no CNI_CONTAINERID":     {drop: "CNI_CONTAINERID", code: 4},
 		"no CNI_IFNAME":          {drop: "CNI_IFNAME", code: 4},
 		"traversal container ID": {set: "CNI_CONTAINERID=../x", code: 4},
+		"reserved container ID":  {set: "CNI_CONTAINERID=results", code: 4},
 		"garbage CNI_ARGS":       {set: "CNI_ARGS=novalue", code: 4},
 		"unknown command":        {set: "CNI_COMMAND=EXPLODE", code: 4},
 	}
@@ -196,6 +197,29 @@ func TestBadEnvironment(t *testing.T) {
 			var te types.Error
 			if jerr := json.Unmarshal(out, &te); jerr != nil || te.Code != tc.code {
 				t.Errorf("stdout = %s, want a CNI error with code %d", out, tc.code)
+			}
+		})
+	}
+}
+
+// TestDelToleratesBadEnvironment: DEL must not fail forever on input that ADD
+// would have refused, or the pod's removal would be wedged. (skel itself refuses
+// some inputs, such as "/" in a container ID or a 16-character CNI_IFNAME, before
+// manifold runs; these are the ones that reach manifold.)
+func TestDelToleratesBadEnvironment(t *testing.T) {
+	bin := testenv.Manifold(t)
+	conf := testConf(t, nil)
+	for name, env := range map[string][]string{
+		"reserved container ID": {"CNI_CONTAINERID=results", "CNI_IFNAME=eth0"},
+		"dotted container ID":   {"CNI_CONTAINERID=a..b", "CNI_IFNAME=eth0"},
+		"garbage CNI_ARGS":      {"CNI_CONTAINERID=c1", "CNI_IFNAME=eth0", "CNI_ARGS=novalue"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(bin)
+			cmd.Env = append([]string{"CNI_COMMAND=DEL", "CNI_PATH=/nonexistent"}, env...)
+			cmd.Stdin = bytes.NewReader(conf)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("DEL = %v: %s, want success", err, out)
 			}
 		})
 	}

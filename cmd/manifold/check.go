@@ -7,7 +7,7 @@ import (
 )
 
 func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
-	c, err := p.begin("CHECK", args)
+	c, err := p.start("CHECK", args)
 	if err != nil {
 		return err
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/manifold-cni/manifold/delegate"
+	"github.com/manifold-cni/manifold/scratch"
 )
 
 // cmdDel never talks to the API server and never waits for the readiness file:
@@ -13,8 +15,20 @@ import (
 // deletion works when the API server, the pod or the netns are gone.
 func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	c, err := p.begin("DEL", args)
-	if err != nil {
+	if c == nil {
 		return err
+	}
+	var bad *envError
+	if errors.As(err, &bad) && args.ContainerID != "" && scratch.ValidateContainerID(args.ContainerID) != nil {
+		// ADD refuses such a container ID, so nothing of ours exists under it.
+		// Failing would only make the runtime retry a DEL that can never succeed.
+		c.log.Warn("DEL for a container ID that ADD would refuse; nothing to do", "error", err)
+		return c.finish(nil)
+	}
+	if err != nil {
+		// A bad CNI_IFNAME or CNI_ARGS does not stop DEL: the record says what to
+		// delete, and a DEL that fails forever would wedge the pod's removal.
+		c.log.Warn("ignoring a bad CNI environment on DEL", "error", err)
 	}
 	return c.finish(c.runner.Del(context.Background(), delegate.DelRequest{
 		ContainerID: args.ContainerID,

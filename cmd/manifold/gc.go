@@ -12,7 +12,7 @@ import (
 
 // cmdGC (CNI 1.1) removes what belongs to containers the runtime no longer has.
 func (p *plugin) cmdGC(args *skel.CmdArgs) error {
-	c, err := p.begin("GC", args)
+	c, err := p.start("GC", args)
 	if err != nil {
 		return err
 	}

@@ -49,39 +49,64 @@ type call struct {
 	runner   *delegate.Runner
 }
 
-// begin parses what every verb needs: the config, CNI_ARGS and the logger.
+// envError is a CNI environment that manifold refuses (code 4).
+type envError struct{ cni *types.Error }
+
+func badEnv(msg string) error {
+	return &envError{types.NewError(types.ErrInvalidEnvironmentVariables, msg, "")}
+}
+
+func (e *envError) Error() string { return e.cni.Msg }
+
+// Unwrap exposes the CNI error, so its code reaches the runtime.
+func (e *envError) Unwrap() error { return e.cni }
+
+// begin parses what every verb needs: the config, the logger, CNI_ARGS. A config
+// error returns a nil call. An environment error returns the call too, so the
+// verb can decide: ADD refuses, DEL knows nothing can be attached under a name
+// that ADD would have refused.
 func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	conf, err := netconf.ParseConfig(args.StdinData)
 	if err != nil {
 		return nil, err
 	}
 	c := &call{cmd: cmd, args: args, conf: conf}
+	c.log, c.closeLog = newLogger(conf, p.stderr)
+	c.log = c.log.With("cmd", cmd, "containerID", args.ContainerID, "ifname", args.IfName)
+	var envErr error
 	if args.ContainerID != "" {
 		if err := scratch.ValidateContainerID(args.ContainerID); err != nil {
-			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID: "+err.Error(), "")
+			envErr = badEnv("CNI_CONTAINERID: " + err.Error())
 		}
 	}
-	if args.IfName != "" {
+	if args.IfName != "" && envErr == nil {
 		if err := netconf.ValidateIfName(args.IfName); err != nil {
-			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_IFNAME: "+err.Error(), "")
+			envErr = badEnv("CNI_IFNAME: " + err.Error())
 		}
 	}
 	c.cniArgs, err = netconf.ParseCNIArgs(args.Args)
-	if err != nil {
-		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	if err != nil && envErr == nil {
+		envErr = badEnv(err.Error())
 	}
 	c.pod = netconf.PodFromArgs(c.cniArgs)
-	c.log, c.closeLog = newLogger(conf, p.stderr)
-	c.log = c.log.With("cmd", cmd, "containerID", args.ContainerID, "pod", c.pod.String(), "ifname", args.IfName)
-	store := &scratch.Store{Dir: conf.CNIDir}
+	c.log = c.log.With("pod", c.pod.String())
 	c.runner = &delegate.Runner{
 		CNI:                delegate.NewCNI(conf.BinDir, args.Path, conf.CNIDir, p.exec),
-		Store:              store,
+		Store:              &scratch.Store{Dir: conf.CNIDir},
 		Log:                c.log,
 		LockTimeout:        conf.LockTimeout,
 		RetryDeleteOnError: conf.RetryDeleteOnError,
 	}
-	return c, nil
+	return c, envErr
+}
+
+// start is begin for the verbs that refuse a bad environment outright.
+func (p *plugin) start(cmd string, args *skel.CmdArgs) (*call, error) {
+	c, err := p.begin(cmd, args)
+	if err != nil && c != nil {
+		return nil, c.finish(err)
+	}
+	return c, err
 }
 
 // finish is the one place where an error is logged and turned into the CNI error

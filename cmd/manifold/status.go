@@ -14,7 +14,7 @@ import (
 // missing, and otherwise forwards to the default network's plugins. It does not
 // wait: the runtime polls STATUS.
 func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
-	c, err := p.begin("STATUS", args)
+	c, err := p.start("STATUS", args)
 	if err != nil {
 		return err
 	}
