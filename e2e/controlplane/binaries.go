@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // Environment variables that point at prebuilt binaries. When both are set the
@@ -76,22 +78,7 @@ func checkExecutable(path string) error {
 
 // RepoRoot returns the nearest directory at or above the working directory
 // that holds a go.mod, so tests find repository files from any package.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("get working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func RepoRoot() (string, error) { return testenv.FindRepoRoot() }
 
 func runBuildScript(ctx context.Context) (Binaries, error) {
 	root, err := RepoRoot()
