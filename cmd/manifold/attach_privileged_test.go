@@ -344,7 +344,7 @@ func TestRollback(t *testing.T) {
 }
 
 func TestConfigVersions(t *testing.T) {
-	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+	for _, v := range []string{"0.1.0", "0.2.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			n := newNode(t)
 			ctx := context.Background()
