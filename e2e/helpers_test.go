@@ -23,11 +23,11 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
 // Annotation keys manifold reads and writes.
@@ -221,13 +221,11 @@ func (e *env) namespace(prefix string) string {
 // nad creates a NetworkAttachmentDefinition through the dynamic client.
 func (e *env) nad(namespace, name, config string) {
 	e.t.Helper()
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "k8s.cni.cncf.io/v1",
-		"kind":       "NetworkAttachmentDefinition",
-		"metadata":   map[string]any{"name": name, "namespace": namespace},
-		"spec":       map[string]any{"config": config},
-	}}
-	_, err := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace).Create(e.ctx(), obj, metav1.CreateOptions{})
+	obj, err := nadv1.New(namespace, name, config).ToUnstructured()
+	if err != nil {
+		e.t.Fatalf("NAD %s/%s: %v", namespace, name, err)
+	}
+	_, err = e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace).Create(e.ctx(), obj, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create NAD %s/%s: %v", namespace, name, err)
 	}

@@ -20,6 +20,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
 // CRDPath is the repository-relative path of the NetworkAttachmentDefinition
@@ -31,9 +33,7 @@ const NADCRDName = "network-attachment-definitions.k8s.cni.cncf.io"
 
 // NADResource is the NetworkAttachmentDefinition resource, for the dynamic
 // client.
-var NADResource = schema.GroupVersionResource{
-	Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions",
-}
+var NADResource = nadv1.Resource
 
 var crdResource = schema.GroupVersionResource{
 	Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",

@@ -30,10 +30,10 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
 const (
@@ -254,12 +254,10 @@ func (d *demo) createObjects(ctx context.Context) error {
 			{"type":"tuning","capabilities":{"mac":true},"dataDir":%q}]}`, d.parent, filepath.Join(d.dir, "tuning"))},
 	}
 	for _, n := range nads {
-		obj := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "k8s.cni.cncf.io/v1",
-			"kind":       "NetworkAttachmentDefinition",
-			"metadata":   map[string]any{"name": n.name, "namespace": podNamespace},
-			"spec":       map[string]any{"config": n.config},
-		}}
+		obj, err := nadv1.New(podNamespace, n.name, n.config).ToUnstructured()
+		if err != nil {
+			return err
+		}
 		if _, err := d.cp.Dynamic().Resource(controlplane.NADResource).Namespace(podNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create NAD %s: %w", n.name, err)
 		}
