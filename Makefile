@@ -41,9 +41,8 @@ unit:
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
-	  pkg=$${t%%:*}; fn=$${t##*:}; \
-	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-	  $(GO) test ./$$pkg -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME); \
+	  echo "fuzz $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
+	  GO=$(GO) bash hack/fuzz.sh $${t%%:*} $${t##*:} $(FUZZTIME); \
 	done
 
 demo: build tools
