@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
@@ -229,5 +231,55 @@ func TestPodNotFound(t *testing.T) {
 		t.Errorf("events for a pod that does not exist: %v", eventMessages(evs.Items))
 	}
 	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
+}
+
+// A pod replaced under the same name, as a StatefulSet does: the first pod
+// read comes from the API server's watch cache, which may still hold the old
+// pod. ADD for the new pod must attach the new pod's networks and write its
+// status; ADD for a sandbox of the old pod must be refused (code 7), with
+// nothing attached.
+func TestReplacedPod(t *testing.T) {
+	e := newEnv(t)
+	sa, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "a", e.macvlanConf("", sa))
+	e.nad(e.ns, "b", e.macvlanConf("", sb))
+	conf := e.manifoldConf(nil)
+
+	old := e.pod(e.ns, map[string]string{annotNetworks: "a"})
+	zero := int64(0)
+	if err := e.k8s.CoreV1().Pods(e.ns).Delete(e.ctx(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	replacement := old.DeepCopy()
+	replacement.ObjectMeta = metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace, Annotations: map[string]string{annotNetworks: "b"}}
+	var created *corev1.Pod
+	var err error
+	// The delete is immediate, but the name can take a moment to be free.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		created, err = e.k8s.CoreV1().Pods(e.ns).Create(e.ctx(), replacement, metav1.CreateOptions{})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("create the replacement pod: %v", err)
+	}
+	if created.UID == old.UID {
+		t.Fatalf("the replacement has the old UID %s", old.UID)
+	}
+
+	// At once, while the watch cache may still hold the old pod.
+	box := e.sandboxFor(created)
+	res := e.mustAdd(conf, box)
+	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
+
+	stale := e.sandboxNamed(old.Namespace, old.Name, string(old.UID), nil)
+	_, err = e.add(conf, stale)
+	wantCode(t, err, 7, string(old.UID), string(created.UID), "replaced")
+
+	e.mustDel(conf, box)
+	// Both sandboxes share the cluster bridge: check once both are gone.
+	e.checkNothingLeft(stale)
 	e.checkNothingLeft(box)
 }

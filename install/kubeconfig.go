@@ -15,8 +15,9 @@ import (
 // Kubeconfig returns a kubeconfig for manifold that names its token and CA by
 // path. A token embedded in a kubeconfig goes stale: the pod's ServiceAccount
 // token is a bound token that expires and that the kubelet rotates, so manifold
-// would start failing an hour after install. With tokenFile, client-go reads
-// the file on every start, and the installer keeps that file fresh.
+// would start failing an hour after install. With tokenFile, manifold
+// (k8sclient.LoadKubeconfig) reads the file on every ADD, and the installer
+// keeps that file fresh.
 func Kubeconfig(server, caFile, tokenFile string) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
+
+// eventSeq makes the names of one process's events unique.
+var eventSeq atomic.Int64
 
 // Event types.
 const (
@@ -50,8 +54,10 @@ type eventJSON struct {
 func (c *Client) Event(ctx context.Context, pod *Pod, eventType, reason, message, host string, now time.Time) error {
 	var e eventJSON
 	e.APIVersion, e.Kind = "v1", "Event"
-	// Pod name plus a nanosecond stamp, as kubelet and client-go name theirs.
-	e.Metadata.Name = pod.Name + "." + strconv.FormatInt(now.UnixNano(), 16)
+	// Pod name plus a nanosecond stamp, as kubelet and client-go name theirs;
+	// the per-process sequence keeps events sent at the same instant (they go
+	// out concurrently) apart.
+	e.Metadata.Name = pod.Name + "." + strconv.FormatInt(now.UnixNano()+eventSeq.Add(1), 16)
 	e.Metadata.Namespace = pod.Namespace
 	e.InvolvedObject = objectRef{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	e.Reason, e.Message, e.Type, e.Count = reason, message, eventType, 1

@@ -1,9 +1,5 @@
 package k8sclient
 
-import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
-
 // NAD API coordinates (the CRD in deployments/crd.yaml).
 const (
 	NADGroup    = "k8s.cni.cncf.io"
@@ -15,9 +11,18 @@ const (
 // NetworkAttachmentDefinition is the CRD object that names a network pods may
 // attach to. Our own type, so that manifold needs no third-party client.
 type NetworkAttachmentDefinition struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              NetworkAttachmentDefinitionSpec `json:"spec"`
+	APIVersion string                          `json:"apiVersion,omitempty"`
+	Kind       string                          `json:"kind,omitempty"`
+	Metadata   ObjectMeta                      `json:"metadata"`
+	Spec       NetworkAttachmentDefinitionSpec `json:"spec"`
+}
+
+// ObjectMeta is the part of an object's metadata that manifold reads.
+type ObjectMeta struct {
+	Name            string `json:"name,omitempty"`
+	Namespace       string `json:"namespace,omitempty"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
 // NetworkAttachmentDefinitionSpec holds the delegate's CNI config as a string.
@@ -28,7 +33,7 @@ type NetworkAttachmentDefinitionSpec struct {
 
 // NetworkAttachmentDefinitionList is a list of NADs.
 type NetworkAttachmentDefinitionList struct {
-	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []NetworkAttachmentDefinition `json:"items"`
+	APIVersion string                        `json:"apiVersion,omitempty"`
+	Kind       string                        `json:"kind,omitempty"`
+	Items      []NetworkAttachmentDefinition `json:"items"`
 }

@@ -30,10 +30,21 @@ func podPath(namespace, name string) string {
 	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods/" + url.PathEscape(name)
 }
 
-// GetPod reads one pod.
+// GetPod reads one pod with a consistent read (through etcd).
 func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	return c.getPod(ctx, podPath(namespace, name), namespace, name)
+}
+
+// GetPodCached reads one pod from the API server's watch cache
+// (resourceVersion=0): no etcd read, and cheaper for the server, but the answer
+// may lag the latest write by a moment.
+func (c *Client) GetPodCached(ctx context.Context, namespace, name string) (*Pod, error) {
+	return c.getPod(ctx, podPath(namespace, name)+"?resourceVersion=0", namespace, name)
+}
+
+func (c *Client) getPod(ctx context.Context, path, namespace, name string) (*Pod, error) {
 	var p podJSON
-	if err := c.do(ctx, "GET", podPath(namespace, name), "", nil, &p); err != nil {
+	if err := c.do(ctx, "GET", path, "", nil, &p); err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
 	}
 	return &Pod{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, UID: p.Metadata.UID, Annotations: p.Metadata.Annotations}, nil
@@ -42,8 +53,25 @@ func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, erro
 // WaitForPod reads a pod, retrying while it is not found (the kubelet can call
 // CNI before the pod is visible through the informer-free API) until wait has
 // passed. Any other error returns at once.
-func (c *Client) WaitForPod(ctx context.Context, namespace, name string, wait time.Duration) (*Pod, error) {
+//
+// When the runtime named the pod's UID, the first read is from the watch cache,
+// and it is used only if it holds that very pod. A pod the cache does not have
+// yet, or an older pod of the same name (a StatefulSet pod that was replaced),
+// falls through to consistent reads, so the cache never makes manifold act on
+// a stale pod. Without a UID there is nothing to check a cached answer against,
+// so every read is consistent. A pod whose UID legitimately differs (a static
+// pod's mirror) costs one extra read.
+func (c *Client) WaitForPod(ctx context.Context, namespace, name, uid string, wait time.Duration) (*Pod, error) {
 	deadline := time.Now().Add(wait)
+	if uid != "" {
+		p, err := c.GetPodCached(ctx, namespace, name)
+		if err == nil && p.UID == uid {
+			return p, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
 	delay := 50 * time.Millisecond
 	for {
 		p, err := c.GetPod(ctx, namespace, name)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -28,8 +29,9 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 
 // podContext is what ADD learned about the pod from the API server.
 type podContext struct {
-	api podAPI
-	pod *k8sclient.Pod // nil: no API, or the pod was not found
+	api  podAPI
+	nads *nadCache      // nil when api is
+	pod  *k8sclient.Pod // nil: no API, or the pod was not found
 }
 
 func (p *plugin) add(c *call) error {
@@ -82,8 +84,15 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	if err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
-	pc.api = api
-	pod, err := api.WaitForPod(ctx, c.pod.Namespace, c.pod.Name, c.conf.PodWaitTimeout)
+	pc.api, pc.nads = api, newNADCache(api)
+	// The clusterNetwork and defaultNetworks NADs do not depend on the pod:
+	// read them during the pod's round trip rather than after it.
+	var wg sync.WaitGroup
+	if keys := staticNADKeys(c.conf, c.pod.Namespace); len(keys) > 0 {
+		wg.Go(func() { pc.nads.fetch(ctx, keys) })
+	}
+	pod, err := api.WaitForPod(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, c.conf.PodWaitTimeout)
+	wg.Wait()
 	if errors.Is(err, k8sclient.ErrNotFound) {
 		c.log.Warn("pod not found; attaching only the default networks and writing no status", "wait", c.conf.PodWaitTimeout.String())
 		return pc, nil
@@ -103,17 +112,15 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 // networksFor builds the pod's delegate list (DESIGN §3) with interface names.
 func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]netconf.Attachment, error) {
 	var nads nadSource
-	var cache *nadCache
-	if pc.api != nil {
-		cache = newNADCache(pc.api)
-		nads = cache
+	if pc.nads != nil {
+		nads = pc.nads
 	}
 	atts, err := staticNetworks(ctx, c.conf, nads, c.pod)
 	if err != nil {
 		return nil, err
 	}
 	if pc.pod != nil {
-		if err := p.podNetworks(ctx, c, pc.pod, cache, &atts); err != nil {
+		if err := p.podNetworks(ctx, c, pc.pod, pc.nads, &atts); err != nil {
 			return nil, err
 		}
 	}
@@ -153,6 +160,7 @@ func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, n
 	if err != nil {
 		return err
 	}
+	nads.prefetch(ctx, c.conf, pod.Namespace, sels)
 	for _, sel := range sels {
 		if err := checkIsolation(c.conf, pod.Namespace, &sel, false); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,15 +22,24 @@ import (
 )
 
 // fakeAPI serves one pod and a set of NADs from memory, and records what it is
-// asked. Unit tests only; e2e runs against a real kube-apiserver.
+// asked. It is safe for concurrent use, as podAPI must be. Unit tests only; e2e
+// runs against a real kube-apiserver.
 type fakeAPI struct {
-	pod     *k8sclient.Pod
-	nads    map[string]string
-	events  []string
-	patches int
+	pod  *k8sclient.Pod
+	nads map[string]string
+	// podHook, when set, runs inside WaitForPod before it answers.
+	podHook func()
+
+	mu       sync.Mutex
+	events   []string
+	patches  int
+	nadReads []string
 }
 
-func (f *fakeAPI) WaitForPod(_ context.Context, ns, name string, _ time.Duration) (*k8sclient.Pod, error) {
+func (f *fakeAPI) WaitForPod(_ context.Context, ns, name, _ string, _ time.Duration) (*k8sclient.Pod, error) {
+	if f.podHook != nil {
+		f.podHook()
+	}
 	if f.pod == nil || f.pod.Namespace != ns || f.pod.Name != name {
 		return nil, k8sclient.ErrNotFound
 	}
@@ -37,6 +47,9 @@ func (f *fakeAPI) WaitForPod(_ context.Context, ns, name string, _ time.Duration
 }
 
 func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.NetworkAttachmentDefinition, error) {
+	f.mu.Lock()
+	f.nadReads = append(f.nadReads, ns+"/"+name)
+	f.mu.Unlock()
 	cfg, ok := f.nads[ns+"/"+name]
 	if !ok {
 		return nil, k8sclient.ErrNotFound
@@ -47,13 +60,23 @@ func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.Network
 }
 
 func (f *fakeAPI) PatchPodAnnotation(context.Context, string, string, string, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.patches++
 	return nil
 }
 
 func (f *fakeAPI) Event(_ context.Context, _ *k8sclient.Pod, typ, reason, msg, _ string, _ time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.events = append(f.events, typ+" "+reason+" "+msg)
 	return nil
+}
+
+func (f *fakeAPI) reads() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.nadReads...)
 }
 
 // testConf is a config whose delegates would fail if they ever ran: bad input must

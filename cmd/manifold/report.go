@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -16,6 +17,10 @@ import (
 // attachment (DESIGN §8). The pod is already attached, so a failure here is
 // logged, not returned: failing the ADD would tear down working networking over
 // a missing annotation, and the runtime's retry would do the same again.
+//
+// The patch and the events go out together, over the one connection the call
+// already has: the runtime waits for all of them, and one round trip costs less
+// than 1+n in a row (docs/performance.md).
 func (p *plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result) {
 	if pc.pod == nil || c.conf.IsSystemNamespace(pc.pod.Namespace) {
 		return
@@ -29,18 +34,27 @@ func (p *plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 		}
 		statuses = append(statuses, st)
 	}
+	var wg sync.WaitGroup
 	if b, err := netconf.MarshalNetworkStatus(statuses); err != nil {
 		c.log.Warn("encode network status", "error", err)
-	} else if err := pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, annotNetworkStatus, string(b)); err != nil {
-		c.log.Warn("write network status", "error", err)
+	} else {
+		wg.Go(func() {
+			if err := pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, annotNetworkStatus, string(b)); err != nil {
+				c.log.Warn("write network status", "error", err)
+			}
+		})
 	}
 	host := hostname()
 	for i := range atts {
 		msg := fmt.Sprintf("Add %s [%s] from %s", atts[i].IfName, strings.Join(resultIPs(results[i]), ","), atts[i].DisplayName())
-		if err := pc.api.Event(ctx, pc.pod, k8sclient.EventNormal, "AddedInterface", msg, host, p.now()); err != nil {
-			c.log.Warn("send event", "error", err)
-		}
+		now := p.now()
+		wg.Go(func() {
+			if err := pc.api.Event(ctx, pc.pod, k8sclient.EventNormal, "AddedInterface", msg, host, now); err != nil {
+				c.log.Warn("send event", "error", err)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // warnEvent tells the pod's owner why its ADD failed.

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// apiResult is the API load of one pod shape, per call.
+type apiResult struct {
+	Networks int `json:"networks"`
+	Calls    int `json:"calls"`
+	// PerAdd and PerDel count requests per call by "VERB resource[/subresource]",
+	// from kube-apiserver's apiserver_request_total, for the resources manifold
+	// touches (pods, NADs, events).
+	PerAdd map[string]float64 `json:"per_add"`
+	PerDel map[string]float64 `json:"per_del"`
+	// Background is what the API server counted on other resources over the
+	// same windows (its own controllers, leases): not manifold's.
+	BackgroundAdd map[string]float64 `json:"background_during_add,omitempty"`
+	BackgroundDel map[string]float64 `json:"background_during_del,omitempty"`
+}
+
+// manifoldResources are the resources manifold may touch.
+var manifoldResources = map[string]bool{"pods": true, "network-attachment-definitions": true, "events": true}
+
+// requestCounts parses apiserver_request_total out of a /metrics text, summed
+// over response codes and everything else, by verb, resource and subresource.
+func requestCounts(text string) map[string]float64 {
+	const name = "apiserver_request_total{"
+	out := map[string]float64{}
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		end := strings.LastIndexByte(line, '}')
+		if end < 0 {
+			continue
+		}
+		labels := parseLabelSet(line[len(name):end])
+		fields := strings.Fields(line[end+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		if labels["resource"] == "" {
+			continue // /metrics, /openapi, /healthz: not API objects
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
+			key += "/" + sub
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// parseLabelSet reads `k="v",k2="v2"` (the values in this metric hold no
+// escapes that matter here, but a \" is honoured).
+func parseLabelSet(s string) map[string]string {
+	labels := map[string]string{}
+	for len(s) > 0 {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			break
+		}
+		key := strings.TrimLeft(s[:eq], ", ")
+		var val strings.Builder
+		i := eq + 2
+		for ; i < len(s) && s[i] != '"'; i++ {
+			if s[i] == '\\' && i+1 < len(s) {
+				i++
+			}
+			val.WriteByte(s[i])
+		}
+		labels[key] = val.String()
+		if i+1 > len(s) {
+			break
+		}
+		s = s[i+1:]
+	}
+	return labels
+}
+
+// perCall splits after-before by resource into manifold's and the rest, per call.
+func perCall(before, after map[string]float64, calls int) (mine, other map[string]float64) {
+	mine, other = map[string]float64{}, map[string]float64{}
+	for k, v := range after {
+		d := v - before[k]
+		if d <= 0 {
+			continue
+		}
+		res := k[strings.IndexByte(k, ' ')+1:]
+		res, _, _ = strings.Cut(res, "/")
+		if manifoldResources[res] {
+			mine[k] = math.Round(d/float64(calls)*100) / 100
+		} else {
+			other[k] = d
+		}
+	}
+	return mine, other
+}
+
+// apiLoad runs calls ADDs and then calls DELs of a pod shape through manifold,
+// reading the API server's request counters before, between and after. The
+// benchmark makes no API request of its own inside those windows (the pods
+// already exist; the metrics reads are non-resource requests, which are not
+// counted against any resource and are left out).
+func (b *bench) apiLoad(pod *podSpec, calls int) (*apiResult, error) {
+	netns, err := b.newNetNS()
+	if err != nil {
+		return nil, err
+	}
+	var sbs []*sandbox
+	for i := 0; i < calls; i++ {
+		sbs = append(sbs, b.newSandbox(pod, netns.Path()))
+	}
+	read := func() (map[string]float64, error) {
+		text, err := b.cp.Metrics(b.ctx)
+		if err != nil {
+			return nil, err
+		}
+		return requestCounts(text), nil
+	}
+	m0, err := read()
+	if err != nil {
+		return nil, err
+	}
+	for i, sb := range sbs {
+		if _, err := b.add(b.ctx, armManifold, sb); err != nil {
+			for _, done := range sbs[:i+1] {
+				_, _ = b.del(b.ctx, armManifold, done)
+			}
+			return nil, err
+		}
+	}
+	m1, err := read()
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range sbs {
+		if _, err := b.del(b.ctx, armManifold, sb); err != nil {
+			return nil, err
+		}
+	}
+	m2, err := read()
+	if err != nil {
+		return nil, err
+	}
+	r := &apiResult{Networks: pod.Networks, Calls: calls}
+	r.PerAdd, r.BackgroundAdd = perCall(m0, m1, calls)
+	r.PerDel, r.BackgroundDel = perCall(m1, m2, calls)
+	return r, nil
+}
+
+// formatCounts renders per-call counts in a stable order.
+func formatCounts(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %g", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,234 @@
+// Command bench measures what manifold costs on top of the delegates it calls:
+// time per ADD and DEL against the same delegates called directly, its own
+// time, API requests, start-up, memory, many pods in a row and many at once.
+// It runs against a real etcd and kube-apiserver (e2e/controlplane) and the
+// real CNI plugins in real network namespaces, so it needs root.
+//
+//	go run ./bench -out bench-results.json
+//
+// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER
+// and MANIFOLD_ETCD; without them it builds what it needs. The method and a
+// run's figures are in docs/performance.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/manifold-cni/manifold/e2e/controlplane"
+)
+
+type settings struct {
+	iterations, noopIterations, warmup int
+	apiCalls                           int
+	rssRuns                            int
+	versionRuns                        int
+	concPods, concRounds               int
+	scaleCycles                        int
+	only                               string
+	baseline                           string
+}
+
+func main() {
+	var s settings
+	out := flag.String("out", "", "also write the results as JSON to this file")
+	quick := flag.Bool("quick", false, "few iterations of everything, to try the benchmark out")
+	flag.IntVar(&s.iterations, "n", 40, "recorded iterations per real-delegate overhead case")
+	flag.IntVar(&s.noopIterations, "n-noop", 60, "recorded iterations per noop-delegate overhead case")
+	flag.IntVar(&s.warmup, "warmup", 3, "unrecorded warm-up iterations per case")
+	flag.IntVar(&s.apiCalls, "api-calls", 20, "ADDs (then DELs) per pod shape when counting API requests")
+	flag.IntVar(&s.rssRuns, "rss-runs", 5, "ADDs per overhead case started through the shim, for peak memory")
+	flag.IntVar(&s.versionRuns, "version-runs", 200, "VERSION runs of each binary")
+	flag.IntVar(&s.concPods, "conc", 20, "pods started at once")
+	flag.IntVar(&s.concRounds, "conc-rounds", 3, "rounds of concurrent pods per arm (after one warm-up round)")
+	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
+	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after)")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,api,concurrency,scale); default all")
+	flag.Parse()
+	if *quick {
+		s = settings{iterations: 5, noopIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline}
+	}
+	if err := run(s, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func run(s settings, out string) (err error) {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (network namespaces, links, the bridge plugin)")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, a second one kills at once.
+	go func() { <-ctx.Done(); stop() }()
+
+	started := time.Now()
+	res := &results{Meta: meta{
+		Started:      started.UTC().Format(time.RFC3339),
+		CPUs:         runtime.NumCPU(),
+		GoVersion:    runtime.Version(),
+		LoadAvgStart: loadAvg(),
+		Settings: map[string]int{
+			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "warmup": s.warmup,
+			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
+			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles,
+		},
+	}}
+	res.Meta.Host, _ = os.Hostname()
+	var uts syscall.Utsname
+	if syscall.Uname(&uts) == nil {
+		res.Meta.Kernel = utsString(uts.Release[:])
+	}
+
+	b := &bench{ctx: ctx, baseline: s.baseline}
+	defer b.cleanup()
+	if b.watch, err = startProcWatch(); err != nil {
+		logf("no kernel process events (%v): manifold's own time will not be reported", err)
+		b.watch = nil
+	} else {
+		b.onCleanup(b.watch.close)
+	}
+	pluginsDir, err := findPlugins(ctx)
+	if err != nil {
+		return err
+	}
+	bins, err := controlplane.FindBinaries(ctx)
+	if err != nil {
+		return err
+	}
+	if err := b.setup(os.Getenv("MANIFOLD_BIN"), pluginsDir, bins); err != nil {
+		return fmt.Errorf("set up: %w", err)
+	}
+	res.Meta.Manifold, res.Meta.Plugins = b.manifold, b.plugins
+	res.Meta.About = about(b.manifold)
+	res.Meta.APIServerNote = filepath.Base(bins.KubeAPIServer) + " and " + filepath.Base(bins.Etcd) + " on 127.0.0.1, TLS, bearer token"
+	res.Meta.OwnTimeNote = "manifold_own = manifold's process lifetime minus the lifetimes of the delegate processes it ran, both from kernel process events (fork to exit)"
+
+	want := func(section string) bool {
+		if s.only == "" {
+			return true
+		}
+		for _, x := range strings.Split(s.only, ",") {
+			if strings.TrimSpace(x) == section {
+				return true
+			}
+		}
+		return false
+	}
+
+	if want("startup") {
+		logf("start-up: %d VERSION runs each of manifold and noop", s.versionRuns)
+		if res.Startup, err = b.startup(s.versionRuns, 10); err != nil {
+			return fmt.Errorf("start-up: %w", err)
+		}
+	}
+	if want("overhead") {
+		for _, kind := range []string{kindReal, kindNoop} {
+			for _, n := range []int{1, 3, 8} {
+				iters := s.iterations
+				if kind == kindNoop {
+					iters = s.noopIterations
+				}
+				logf("overhead: %s delegates, %d networks, %d iterations", kind, n, iters)
+				o, err := b.overhead(kind, n, iters, s.warmup, s.rssRuns)
+				if err != nil {
+					return fmt.Errorf("overhead %s/%d: %w", kind, n, err)
+				}
+				res.Overhead = append(res.Overhead, o)
+			}
+		}
+	}
+	if want("api") {
+		for _, n := range []int{1, 3, 8} {
+			logf("API requests: %d networks, %d ADDs and DELs", n, s.apiCalls)
+			pod, err := b.createPod(fmt.Sprintf("api-%d", n), kindNoop, n)
+			if err != nil {
+				return err
+			}
+			a, err := b.apiLoad(pod, s.apiCalls)
+			if err != nil {
+				return fmt.Errorf("API requests %d: %w", n, err)
+			}
+			res.API = append(res.API, a)
+		}
+	}
+	if want("concurrency") {
+		logf("concurrency: %d pods at once, %d rounds per arm", s.concPods, s.concRounds)
+		if res.Concurrency, err = b.concurrency(s.concPods, s.concRounds, kindReal, 3); err != nil {
+			return fmt.Errorf("concurrency: %w", err)
+		}
+	}
+	if want("scale") {
+		if res.Scale, err = b.scale(s.scaleCycles, kindNoop, 3); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
+
+	res.Meta.LoadAvgEnd = loadAvg()
+	res.Meta.DurationSec = time.Since(started).Round(time.Second).Seconds()
+	res.printTable(os.Stdout)
+	if out != "" {
+		if err := res.writeJSON(out); err != nil {
+			return err
+		}
+		logf("wrote %s", out)
+	}
+	return nil
+}
+
+func utsString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+// findPlugins is $MANIFOLD_PLUGINS_DIR, or what hack/build-plugins.sh builds.
+func findPlugins(ctx context.Context) (string, error) {
+	if d := os.Getenv("MANIFOLD_PLUGINS_DIR"); d != "" {
+		return d, nil
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", "hack/build-plugins.sh")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build CNI plugins: %w: %s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// about is the plugin's self-description (skel prints it when CNI_COMMAND is
+// unset), which carries the version it was built as.
+func about(bin string) string {
+	cmd := exec.Command(bin)
+	cmd.Env = []string{}
+	var buf bytes.Buffer
+	cmd.Stderr, cmd.Stdout = &buf, &buf
+	_ = cmd.Run()
+	return strings.TrimSpace(buf.String())
+}

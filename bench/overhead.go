@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// verbResult compares one verb of manifold with the direct reference.
+type verbResult struct {
+	Manifold  dist `json:"manifold"`
+	Reference dist `json:"reference"`
+	// RatioP50 is manifold's median over the reference's median.
+	RatioP50 float64 `json:"ratio_p50"`
+	// Overhead is the per-iteration difference manifold minus reference
+	// (each iteration measures both, back to back).
+	Overhead dist `json:"overhead"`
+	// Own is manifold's own time: its process lifetime minus the lifetimes of
+	// the delegate processes it ran, from kernel process events. Before,
+	// Between and After split it: up to the first delegate, between
+	// delegates, and after the last one.
+	Own       *dist `json:"manifold_own,omitempty"`
+	Before    *dist `json:"own_before_first_delegate,omitempty"`
+	Between   *dist `json:"own_between_delegates,omitempty"`
+	After     *dist `json:"own_after_last_delegate,omitempty"`
+	Delegates *dist `json:"delegates_in_manifold,omitempty"`
+	// Baseline and BaselineOwn are the -baseline binary's figures, from the
+	// same interleaved iterations.
+	Baseline    *dist `json:"baseline,omitempty"`
+	BaselineOwn *dist `json:"baseline_own,omitempty"`
+}
+
+// overheadResult is one delegate set and network count.
+type overheadResult struct {
+	Delegates  string     `json:"delegates"`
+	Networks   int        `json:"networks"`
+	Iterations int        `json:"iterations"`
+	Add        verbResult `json:"add"`
+	Del        verbResult `json:"del"`
+	// PeakRSSKiB is the median and largest peak RSS of manifold ADD processes
+	// started through the shim; DelegatePeakRSSKiB the largest of any
+	// delegate. manifold's figure covers its delegates too (ru_maxrss), so it
+	// is manifold's own whenever it exceeds DelegatePeakRSSKiB.
+	PeakRSSKiB         int64 `json:"manifold_add_peak_rss_kib"`
+	MedianRSSKiB       int64 `json:"manifold_add_median_peak_rss_kib"`
+	RSSSamples         int   `json:"rss_samples"`
+	DelegatePeakRSSKiB int64 `json:"delegate_peak_rss_kib"`
+}
+
+type verbSamples struct {
+	manifold, reference, overhead             []time.Duration
+	own, before, between, after, delegateTime []time.Duration
+	baseline, baselineOwn                     []time.Duration
+}
+
+func (v *verbSamples) result() verbResult {
+	r := verbResult{
+		Manifold:  summarize(v.manifold),
+		Reference: summarize(v.reference),
+		Overhead:  summarize(v.overhead),
+	}
+	r.RatioP50 = ratio(r.Manifold.P50, r.Reference.P50)
+	if len(v.own) > 0 {
+		own, before, between, after, dt := summarize(v.own), summarize(v.before), summarize(v.between), summarize(v.after), summarize(v.delegateTime)
+		r.Own, r.Before, r.Between, r.After, r.Delegates = &own, &before, &between, &after, &dt
+	}
+	if len(v.baseline) > 0 {
+		base := summarize(v.baseline)
+		r.Baseline = &base
+	}
+	if len(v.baselineOwn) > 0 {
+		own := summarize(v.baselineOwn)
+		r.BaselineOwn = &own
+	}
+	return r
+}
+
+func (v *verbSamples) add(m, r sample, timed bool) {
+	v.manifold = append(v.manifold, m.Wall)
+	v.reference = append(v.reference, r.Wall)
+	v.overhead = append(v.overhead, m.Wall-r.Wall)
+	if timed {
+		v.own = append(v.own, m.Own())
+		v.before = append(v.before, m.Proc.Before)
+		v.between = append(v.between, m.Proc.Between)
+		v.after = append(v.after, m.Proc.After)
+		v.delegateTime = append(v.delegateTime, m.Proc.Delegates)
+	}
+}
+
+// overhead measures ADD and DEL of one pod in two interleaved arms, manifold
+// and the direct reference. Every iteration runs each arm once (ADD, then
+// DEL), and the arms take turns at going first, so a noisy moment hits both
+// alike. The first warmup iterations are not recorded. Then rssRuns more
+// ADD/DELs go through the shim, for manifold's peak memory.
+func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int) (*overheadResult, error) {
+	pod, err := b.createPod(fmt.Sprintf("bench-%s-%d", kind, networks), kind, networks)
+	if err != nil {
+		return nil, err
+	}
+	netns, err := b.newNetNS()
+	if err != nil {
+		return nil, err
+	}
+	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
+	var add, del verbSamples
+	arms := []string{armManifold, armDirect}
+	if b.baseline != "" {
+		arms = append(arms, armBaseline)
+	}
+	for it := -warmup; it < iterations; it++ {
+		if err := b.ctx.Err(); err != nil {
+			return nil, err
+		}
+		got := map[string][2]sample{}
+		for k := range arms {
+			arm := arms[(it+warmup+k)%len(arms)]
+			a, d, err := b.addDel(arm, pod, netns.Path())
+			if err != nil {
+				return nil, err
+			}
+			got[arm] = [2]sample{a, d}
+		}
+		if b.watch != nil {
+			b.watch.pruneRoot()
+		}
+		if it < 0 {
+			continue
+		}
+		for i, v := range []*verbSamples{&add, &del} {
+			v.add(got[armManifold][i], got[armDirect][i], b.watch != nil)
+			if base, ok := got[armBaseline]; ok {
+				v.baseline = append(v.baseline, base[i].Wall)
+				if b.watch != nil {
+					v.baselineOwn = append(v.baselineOwn, base[i].Own())
+				}
+			}
+		}
+	}
+	res.Add, res.Del = add.result(), del.result()
+
+	var rss []int64
+	for i := 0; i < rssRuns; i++ {
+		a, _, err := b.addDel(armShim, pod, netns.Path())
+		if err != nil {
+			return nil, err
+		}
+		rss = append(rss, a.MaxRSSKiB)
+		res.DelegatePeakRSSKiB = max(res.DelegatePeakRSSKiB, a.DelegateMaxRSSKiB)
+	}
+	if len(rss) > 0 {
+		slices.Sort(rss)
+		res.RSSSamples, res.PeakRSSKiB, res.MedianRSSKiB = len(rss), rss[len(rss)-1], rss[len(rss)/2]
+	}
+	return res, nil
+}
+
+// addDel runs ADD then DEL of a fresh sandbox of pod in one arm. A failed ADD
+// is cleaned up with a DEL before the error is returned.
+func (b *bench) addDel(arm string, pod *podSpec, netns string) (sample, sample, error) {
+	sb := b.newSandbox(pod, netns)
+	a, err := b.add(b.ctx, arm, sb)
+	if err != nil {
+		_, _ = b.del(b.ctx, arm, sb)
+		return a, sample{}, err
+	}
+	d, err := b.del(b.ctx, arm, sb)
+	return a, d, err
+}

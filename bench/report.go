@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// results is everything one run measured; it is what -out writes.
+type results struct {
+	Meta        meta              `json:"meta"`
+	Startup     *startupResult    `json:"startup,omitempty"`
+	Overhead    []*overheadResult `json:"overhead,omitempty"`
+	API         []*apiResult      `json:"api_requests,omitempty"`
+	Concurrency *concResult       `json:"concurrency,omitempty"`
+	Scale       *scaleResult      `json:"scale,omitempty"`
+}
+
+type meta struct {
+	Started       string         `json:"started"`
+	DurationSec   float64        `json:"duration_s"`
+	Host          string         `json:"host"`
+	CPUs          int            `json:"cpus"`
+	Kernel        string         `json:"kernel"`
+	GoVersion     string         `json:"go_version"`
+	Manifold      string         `json:"manifold_binary"`
+	About         string         `json:"manifold_about"`
+	Plugins       string         `json:"plugins_dir"`
+	LoadAvgStart  string         `json:"loadavg_start"`
+	LoadAvgEnd    string         `json:"loadavg_end"`
+	Settings      map[string]int `json:"settings"`
+	OwnTimeNote   string         `json:"own_time"`
+	APIServerNote string         `json:"api_server"`
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func (r *results) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func pp(d dist) string { return fmt.Sprintf("%.1f / %.1f", d.P50, d.P99) }
+
+// printTable writes the human-readable report.
+func (r *results) printTable(w io.Writer) {
+	m := r.Meta
+	fmt.Fprintf(w, "\nmanifold benchmark: %s, %d CPUs, kernel %s, load %s → %s, %.0fs\n",
+		m.Started, m.CPUs, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd, m.DurationSec)
+	fmt.Fprintf(w, "manifold: %s\n", m.About)
+
+	if len(r.Overhead) > 0 {
+		fmt.Fprintf(w, "\nTime per call, ms, p50 / p99 (arms interleaved; direct = the same delegates called by the runtime itself)\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "delegates\tnets\tverb\tn\tmanifold\tdirect\tratio p50\toverhead p50\tmanifold own\t\t")
+		for _, o := range r.Overhead {
+			for _, v := range []struct {
+				name string
+				r    verbResult
+			}{{"ADD", o.Add}, {"DEL", o.Del}} {
+				own := "n/a"
+				if v.r.Own != nil {
+					own = pp(*v.r.Own)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%.3f×\t%.1f\t%s\t\t\n", o.Delegates, o.Networks, v.name, v.r.Manifold.N,
+					pp(v.r.Manifold), pp(v.r.Reference), v.r.RatioP50, v.r.Overhead.P50, own)
+			}
+		}
+		tw.Flush()
+		if r.Overhead[0].Add.Own != nil {
+			fmt.Fprintf(w, "\nmanifold's own time split, ms p50: before the first delegate / between delegates / after the last; time inside delegates\n")
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "delegates\tnets\tverb\tbefore\tbetween\tafter\tin delegates\t")
+			for _, o := range r.Overhead {
+				for _, v := range []struct {
+					name string
+					r    verbResult
+				}{{"ADD", o.Add}, {"DEL", o.Del}} {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", o.Delegates, o.Networks, v.name,
+						v.r.Before.P50, v.r.Between.P50, v.r.After.P50, v.r.Delegates.P50)
+				}
+			}
+			tw.Flush()
+		}
+	}
+
+	if len(r.Overhead) > 0 && r.Overhead[0].Add.Baseline != nil {
+		fmt.Fprintf(w, "\nBaseline (-baseline binary) in the same iterations, ms p50 / p99\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "delegates\tnets\tverb\tbaseline\tmanifold\tbaseline own\tmanifold own\t")
+		for _, o := range r.Overhead {
+			for _, v := range []struct {
+				name string
+				r    verbResult
+			}{{"ADD", o.Add}, {"DEL", o.Del}} {
+				bown, own := "n/a", "n/a"
+				if v.r.BaselineOwn != nil && v.r.Own != nil {
+					bown, own = pp(*v.r.BaselineOwn), pp(*v.r.Own)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", o.Delegates, o.Networks, v.name, pp(*v.r.Baseline), pp(v.r.Manifold), bown, own)
+			}
+		}
+		tw.Flush()
+	}
+
+	if len(r.API) > 0 {
+		fmt.Fprintf(w, "\nAPI requests per call (kube-apiserver apiserver_request_total, pods/NADs/events)\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "nets\tcalls\tper ADD\tper DEL")
+		for _, a := range r.API {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", a.Networks, a.Calls, formatCounts(a.PerAdd), formatCounts(a.PerDel))
+		}
+		tw.Flush()
+	}
+
+	if s := r.Startup; s != nil {
+		fmt.Fprintf(w, "\nStart-up (VERSION, %d interleaved runs), ms p50 / p99\n", s.Iterations)
+		fmt.Fprintf(w, "  manifold %s, noop %s, ratio %.3f×, overhead p50 %.1f ms\n", pp(s.Manifold), pp(s.Noop), s.RatioP50, s.Overhead.P50)
+		if s.Baseline != nil {
+			fmt.Fprintf(w, "  baseline %s\n", pp(*s.Baseline))
+		}
+		fmt.Fprintf(w, "  peak RSS at VERSION: manifold %.1f MiB, noop %.1f MiB; binary: manifold %.1f MiB, noop %.1f MiB\n",
+			mib(s.ManifoldRSSKiB), mib(s.NoopRSSKiB), mib(s.ManifoldSizeKiB), mib(s.NoopSizeKiB))
+	}
+	if len(r.Overhead) > 0 {
+		fmt.Fprintf(w, "\nPeak RSS of manifold during ADD, MiB (median / largest of the shim runs; largest delegate)\n")
+		for _, o := range r.Overhead {
+			fmt.Fprintf(w, "  %s, %d nets: %.1f / %.1f (delegate %.1f)\n", o.Delegates, o.Networks, mib(o.MedianRSSKiB), mib(o.PeakRSSKiB), mib(o.DelegatePeakRSSKiB))
+		}
+	}
+
+	if c := r.Concurrency; c != nil {
+		fmt.Fprintf(w, "\nConcurrency: %d pods at once (%s, %d nets), %d rounds, ms p50 / p99\n", c.Pods, c.Delegates, c.Networks, c.Rounds)
+		fmt.Fprintf(w, "  ADD manifold %s, direct %s, ratio p50 %.3f×, p99 %.3f×\n", pp(c.Add.Manifold), pp(c.Add.Reference), c.Add.RatioP50, c.Add.RatioP99)
+		fmt.Fprintf(w, "  DEL manifold %s, direct %s, ratio p50 %.3f×, p99 %.3f×\n", pp(c.Del.Manifold), pp(c.Del.Reference), c.Del.RatioP50, c.Del.RatioP99)
+		fmt.Fprintf(w, "  whole round of ADDs: manifold %.0f ms, direct %.0f ms (p50)\n", c.RoundAddManifold.P50, c.RoundAddReference.P50)
+	}
+
+	if s := r.Scale; s != nil {
+		fmt.Fprintf(w, "\nScale: %d sequential pods (%s, %d nets), ms p50 / p99\n", s.Cycles, s.Delegates, s.Networks)
+		fmt.Fprintf(w, "  ADD first %d %s, last %d %s, growth %.3f×, slope %+.2f ms per 1000 pods\n", s.Window, pp(s.AddFirst), s.Window, pp(s.AddLast), s.AddGrowth, s.AddSlope)
+		fmt.Fprintf(w, "  DEL first %d %s, last %d %s, growth %.3f×, slope %+.2f ms per 1000 pods\n", s.Window, pp(s.DelFirst), s.Window, pp(s.DelLast), s.DelGrowth, s.DelSlope)
+		fmt.Fprintf(w, "  direct reference ADD first %d %s, last %d %s; manifold/direct p50 first %.3f×, last %.3f×, growth %.3f×\n",
+			s.Window, pp(s.RefAddFirst), s.Window, pp(s.RefAddLast), s.RatioFirst, s.RatioLast, s.RatioGrowth)
+		if s.AddOwnFirst != nil {
+			fmt.Fprintf(w, "  manifold's own time per ADD: first %d %s, last %d %s\n", s.Window, pp(*s.AddOwnFirst), s.Window, pp(*s.AddOwnLast))
+		}
+		fmt.Fprintf(w, "  files left in cniDir: %d, in the runtime's cache: %d\n", len(s.Leftovers), len(s.RuntimeLeftovers))
+		for i, f := range append(s.Leftovers, s.RuntimeLeftovers...) {
+			if i == 10 {
+				fmt.Fprintf(w, "    …\n")
+				break
+			}
+			fmt.Fprintf(w, "    %s\n", f)
+		}
+	}
+}
+
+func mib(kib int64) float64 { return float64(kib) / 1024 }
