@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
+	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
@@ -91,22 +90,12 @@ func (b *bench) cleanup() {
 	b.cleanups = nil
 }
 
-func uniqueName(prefix string) string {
-	buf := make([]byte, 4)
-	_, _ = rand.Read(buf)
-	n := prefix + hex.EncodeToString(buf)
-	if len(n) > 15 {
-		n = n[:15]
-	}
-	return n
-}
-
 // setup builds the node and starts the control plane. Whatever it made is
 // registered for cleanup as soon as it exists, so a failure half-way leaves
 // nothing behind once cleanup runs.
 func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries) error {
 	var err error
-	b.runID = uniqueName("")
+	b.runID = testenv.UniqueName("")
 	b.dir, err = os.MkdirTemp("", "manifold-bench-")
 	if err != nil {
 		return err
@@ -287,8 +276,8 @@ func copyFile(src, dst string) error {
 // hostLinks makes the veth pair whose end is the macvlan master (this kernel
 // has no dummy links) and names the bridges the bridge plugin will create.
 func (b *bench) hostLinks() error {
-	b.parent = uniqueName("mfbp")
-	peer := uniqueName("mfbq")
+	b.parent = testenv.UniqueName("mfbp")
+	peer := testenv.UniqueName("mfbq")
 	b.onCleanup(func() { deleteLink(b.parent) })
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: b.parent}, PeerName: peer}); err != nil {
 		return fmt.Errorf("create veth %s: %w", b.parent, err)
@@ -303,7 +292,7 @@ func (b *bench) hostLinks() error {
 		}
 	}
 	for i := range b.bridges {
-		name := uniqueName("mfbb")
+		name := testenv.UniqueName("mfbb")
 		b.bridges[i] = name
 		b.onCleanup(func() { deleteLink(name) })
 	}
