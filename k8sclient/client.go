@@ -137,7 +137,8 @@ func NewForConfig(cfg *Config, timeout time.Duration) (*Client, error) {
 	return c, nil
 }
 
-// do sends one request (path may carry a query) and decodes a JSON answer into out (when out is non-nil).
+// do sends one request (path may carry a query) and decodes a JSON answer into
+// out (when out is non-nil).
 func (c *Client) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

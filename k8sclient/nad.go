@@ -30,10 +30,3 @@ type ObjectMeta struct {
 type NetworkAttachmentDefinitionSpec struct {
 	Config string `json:"config"`
 }
-
-// NetworkAttachmentDefinitionList is a list of NADs.
-type NetworkAttachmentDefinitionList struct {
-	APIVersion string                        `json:"apiVersion,omitempty"`
-	Kind       string                        `json:"kind,omitempty"`
-	Items      []NetworkAttachmentDefinition `json:"items"`
-}

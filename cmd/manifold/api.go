@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,42 +30,39 @@ type podAPI interface {
 	Event(ctx context.Context, pod *k8sclient.Pod, eventType, reason, message, host string, now time.Time) error
 }
 
-// nadCache reads each distinct NAD once per call, however often the pod names it
-// (DESIGN: at most one read per distinct NAD).
+// nadCache reads each NAD at most once per call, and keeps every answer: the
+// NAD, ErrNotFound, or the error that stopped the read.
 type nadCache struct {
-	api  podAPI
-	seen map[string]*k8sclient.NetworkAttachmentDefinition
-	// failed holds the errors of prefetched reads, so the ordered lookup
-	// reports them without reading again.
-	failed map[string]error
+	api     podAPI
+	answers map[nadKey]nadAnswer
+}
+
+// nadKey names a NAD: namespace and name.
+type nadKey [2]string
+
+func (k nadKey) String() string { return k[0] + "/" + k[1] }
+
+type nadAnswer struct {
+	nad *k8sclient.NetworkAttachmentDefinition
+	err error
 }
 
 func newNADCache(api podAPI) *nadCache {
-	return &nadCache{api: api, seen: map[string]*k8sclient.NetworkAttachmentDefinition{}, failed: map[string]error{}}
+	return &nadCache{api: api, answers: map[nadKey]nadAnswer{}}
 }
 
 // NADConfig implements nadSource.
 func (c *nadCache) NADConfig(ctx context.Context, namespace, name string) (string, bool, error) {
-	key := namespace + "/" + name
-	if err, ok := c.failed[key]; ok {
-		return "", false, apiError(err)
-	}
-	if nad, ok := c.seen[key]; ok {
-		if nad == nil {
-			return "", false, nil
-		}
-		return nad.Spec.Config, true, nil
-	}
-	nad, err := c.api.GetNAD(ctx, namespace, name)
-	if errors.Is(err, k8sclient.ErrNotFound) {
-		c.seen[key] = nil
+	k := nadKey{namespace, name}
+	c.fetch(ctx, []nadKey{k})
+	a := c.answers[k]
+	switch {
+	case errors.Is(a.err, k8sclient.ErrNotFound):
 		return "", false, nil
+	case a.err != nil:
+		return "", false, apiError(a.err)
 	}
-	if err != nil {
-		return "", false, apiError(err)
-	}
-	c.seen[key] = nad
-	return nad.Spec.Config, true, nil
+	return a.nad.Spec.Config, true, nil
 }
 
 // prefetch reads the distinct NADs that sels name all at once, so a pod with n
@@ -84,66 +81,26 @@ func (c *nadCache) prefetch(ctx context.Context, conf *netconf.Config, podNamesp
 		}
 		keys = append(keys, nadKey{sels[i].Namespace, sels[i].Name})
 	}
-	if len(keys) < 2 {
-		return // one read gains nothing from running early
-	}
 	c.fetch(ctx, keys)
 }
 
-// nadKey names a NAD: namespace and name.
-type nadKey [2]string
-
-func (k nadKey) String() string { return k[0] + "/" + k[1] }
-
-// staticNADKeys are the NADs that staticNetworks will look up: clusterNetwork
-// and defaultNetworks entries given as names (not paths), in the system
-// namespace. They do not depend on the pod, so they are read while the pod is.
-func staticNADKeys(conf *netconf.Config, podNamespace string) []nadKey {
-	var keys []nadKey
-	add := func(ref string) {
-		if ref = strings.TrimSpace(ref); ref != "" && !strings.Contains(ref, "/") {
-			keys = append(keys, nadKey{conf.MultusNamespace, ref})
-		}
-	}
-	add(conf.ClusterNetwork)
-	if podNamespace == "" || !conf.IsSystemNamespace(podNamespace) {
-		for _, ref := range conf.DefaultNetworks {
-			add(ref)
-		}
-	}
-	return keys
-}
-
-// fetch reads the NADs in keys that are not cached yet, all at once, and caches
-// every answer. It must not run concurrently with other uses of c.
+// fetch reads the NADs in keys that have no answer yet, all at once. It must not
+// run concurrently with other uses of c.
 func (c *nadCache) fetch(ctx context.Context, keys []nadKey) {
 	var todo []nadKey
-	queued := map[nadKey]bool{}
 	for _, k := range keys {
-		_, seen := c.seen[k.String()]
-		_, failed := c.failed[k.String()]
-		if seen || failed || queued[k] {
-			continue
+		if _, done := c.answers[k]; !done && !slices.Contains(todo, k) {
+			todo = append(todo, k)
 		}
-		queued[k] = true
-		todo = append(todo, k)
 	}
-	nads := make([]*k8sclient.NetworkAttachmentDefinition, len(todo))
-	errs := make([]error, len(todo))
+	answers := make([]nadAnswer, len(todo))
 	var wg sync.WaitGroup
 	for i, k := range todo {
-		wg.Go(func() { nads[i], errs[i] = c.api.GetNAD(ctx, k[0], k[1]) })
+		wg.Go(func() { answers[i].nad, answers[i].err = c.api.GetNAD(ctx, k[0], k[1]) })
 	}
 	wg.Wait()
 	for i, k := range todo {
-		switch {
-		case errs[i] == nil:
-			c.seen[k.String()] = nads[i]
-		case errors.Is(errs[i], k8sclient.ErrNotFound):
-			c.seen[k.String()] = nil
-		default:
-			c.failed[k.String()] = errs[i]
-		}
+		c.answers[k] = answers[i]
 	}
 }
 

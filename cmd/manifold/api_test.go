@@ -54,31 +54,15 @@ func TestStaticNADKeys(t *testing.T) {
 	}
 }
 
-// failingAPI answers NAD reads from fakeAPI, except those named in fail.
-type failingAPI struct {
-	*fakeAPI
-	fail map[string]error
-}
-
-func (f *failingAPI) GetNAD(ctx context.Context, ns, name string) (*k8sclient.NetworkAttachmentDefinition, error) {
-	if err := f.fail[ns+"/"+name]; err != nil {
-		f.mu.Lock()
-		f.nadReads = append(f.nadReads, ns+"/"+name)
-		f.mu.Unlock()
-		return nil, err
-	}
-	return f.fakeAPI.GetNAD(ctx, ns, name)
-}
-
 // TestPrefetchReadsEachNADOnce: the NADs of an annotation are read together,
 // each distinct one once, not past a selection that isolation forbids; the
 // ordered lookup then reads nothing more and reports each answer as a direct
 // read would.
 func TestPrefetchReadsEachNADOnce(t *testing.T) {
 	nadConf := `{"cniVersion":"1.0.0","type":"noop"}`
-	api := &failingAPI{
-		fakeAPI: &fakeAPI{nads: map[string]string{"default/a": nadConf, "default/b": nadConf, "other/c": nadConf}},
-		fail:    map[string]error{"default/down": fmt.Errorf("get NAD: %w", k8sclient.ErrUnavailable)},
+	api := &fakeAPI{
+		nads:    map[string]string{"default/a": nadConf, "default/b": nadConf, "other/c": nadConf},
+		nadErrs: map[string]error{"default/down": fmt.Errorf("get NAD: %w", k8sclient.ErrUnavailable)},
 	}
 	conf := parseTestConf(t, map[string]any{"namespaceIsolation": true})
 	sels, err := netconf.ParseNetworksAnnotation("a, b, a, missing, down, other/c, b", "default")
@@ -134,7 +118,6 @@ func TestStaticNADsReadDuringPodRead(t *testing.T) {
 	p := &plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
 	c := &call{conf: conf, args: &skel.CmdArgs{IfName: "eth0"}, pod: netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	c.conf.Kubeconfig = "/some/kubeconfig"
 	pc, err := p.lookupPod(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ import (
 type fakeAPI struct {
 	pod  *k8sclient.Pod
 	nads map[string]string
+	// nadErrs are errors GetNAD returns for these NADs ("namespace/name").
+	nadErrs map[string]error
 	// podHook, when set, runs inside WaitForPod before it answers.
 	podHook func()
 
@@ -50,6 +52,9 @@ func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.Network
 	f.mu.Lock()
 	f.nadReads = append(f.nadReads, ns+"/"+name)
 	f.mu.Unlock()
+	if err := f.nadErrs[ns+"/"+name]; err != nil {
+		return nil, err
+	}
 	cfg, ok := f.nads[ns+"/"+name]
 	if !ok {
 		return nil, k8sclient.ErrNotFound

@@ -20,8 +20,8 @@ type nadSource interface {
 // of that name in the system namespace; else a config in confDir with that name;
 // a value with a "/" is a file or directory path.
 func resolveRef(ctx context.Context, conf *netconf.Config, nads nadSource, key, ref string) (netconf.Attachment, error) {
-	ref = strings.TrimSpace(ref)
-	if strings.Contains(ref, "/") {
+	ref, byName := refName(ref)
+	if !byName {
 		n, err := netconf.LoadNetworkPath(ref)
 		if err != nil {
 			return netconf.Attachment{}, netconf.Invalid("key %q: %v", key, err)
@@ -72,7 +72,7 @@ func staticNetworks(ctx context.Context, conf *netconf.Config, nads nadSource, p
 			atts = append(atts, netconf.NewAttachment(n, ""))
 		}
 	}
-	if conf.IsSystemNamespace(pod.Namespace) && pod.Namespace != "" {
+	if !getsDefaultNetworks(conf, pod.Namespace) {
 		return atts, nil
 	}
 	for i, ref := range conf.DefaultNetworks {
@@ -83,4 +83,36 @@ func staticNetworks(ctx context.Context, conf *netconf.Config, nads nadSource, p
 		atts = append(atts, att)
 	}
 	return atts, nil
+}
+
+// refName trims a clusterNetwork or defaultNetworks entry and reports whether it
+// names a network (a NAD, or a config in confDir) rather than a path.
+func refName(ref string) (string, bool) {
+	ref = strings.TrimSpace(ref)
+	return ref, !strings.Contains(ref, "/")
+}
+
+// getsDefaultNetworks reports whether a pod in podNamespace gets defaultNetworks:
+// pods in the system namespaces do not ("" is a pod the runtime did not name).
+func getsDefaultNetworks(conf *netconf.Config, podNamespace string) bool {
+	return podNamespace == "" || !conf.IsSystemNamespace(podNamespace)
+}
+
+// staticNADKeys are the NADs that staticNetworks will look up: the clusterNetwork
+// and defaultNetworks entries given by name, in multusNamespace. They do not
+// depend on the pod, so ADD reads them while it reads the pod.
+func staticNADKeys(conf *netconf.Config, podNamespace string) []nadKey {
+	var keys []nadKey
+	add := func(ref string) {
+		if name, byName := refName(ref); byName && name != "" {
+			keys = append(keys, nadKey{conf.MultusNamespace, name})
+		}
+	}
+	add(conf.ClusterNetwork)
+	if getsDefaultNetworks(conf, podNamespace) {
+		for _, ref := range conf.DefaultNetworks {
+			add(ref)
+		}
+	}
+	return keys
 }

@@ -76,9 +76,7 @@ func FromUnstructured(u *unstructured.Unstructured) (*NetworkAttachmentDefinitio
 // DeepCopyInto copies n into out.
 func (n *NetworkAttachmentDefinition) DeepCopyInto(out *NetworkAttachmentDefinition) {
 	*out = *n
-	out.TypeMeta = n.TypeMeta
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Spec = n.Spec
 }
 
 // DeepCopy returns a copy of n.
@@ -102,7 +100,6 @@ func (n *NetworkAttachmentDefinition) DeepCopyObject() runtime.Object {
 // DeepCopyInto copies l into out.
 func (l *NetworkAttachmentDefinitionList) DeepCopyInto(out *NetworkAttachmentDefinitionList) {
 	*out = *l
-	out.TypeMeta = l.TypeMeta
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
 	if l.Items != nil {
 		out.Items = make([]NetworkAttachmentDefinition, len(l.Items))
