@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/manifold
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.Version=$(VERSION)
 FUZZTIME ?= 20s
-FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode
+FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest
 
 export MANIFOLD_CACHE := $(CACHE)
 
@@ -16,6 +16,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold ./cmd/manifold
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold-install ./cmd/manifold-install
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/manifold-shim ./cmd/manifold-shim
 
 # The test plugins and the control plane, built from Go modules into $(CACHE).
 tools: plugins control-plane
@@ -30,6 +31,7 @@ control-plane:
 # kube-apiserver and etcd), then each fuzz target for $(FUZZTIME).
 test: build tools
 	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
+	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
 	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
 	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
@@ -54,6 +56,7 @@ demo: build tools
 
 bench: build tools
 	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
+	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
 	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
 	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \

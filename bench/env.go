@@ -65,8 +65,12 @@ type bench struct {
 	// calls the delegates themselves (the reference). All three use benchExec.
 	runtime, shimRuntime, direct *libcni.CNIConfig
 	baseRuntime                  *libcni.CNIConfig
-	baseline                     string // the baseline manifold binary, or ""
-	runtimeCache, directCache    string
+	// thickRuntime calls manifold-shim in thickDir, which passes the call to
+	// the daemon listening on daemonSocket (bench/thick.go).
+	thickRuntime              *libcni.CNIConfig
+	thickDir, daemonSocket    string
+	baseline                  string // the baseline manifold binary, or ""
+	runtimeCache, directCache string
 	// confs is manifold's config list by arm+"/"+kind; refLists the
 	// delegates' own config lists by kind and position.
 	confs    map[string]*libcni.NetworkConfigList
@@ -149,6 +153,9 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 	b.runtime = libcni.NewCNIConfigWithCacheDir([]string{b.binDir}, b.runtimeCache, &benchExec{})
 	b.shimRuntime = libcni.NewCNIConfigWithCacheDir([]string{b.shimDir}, b.runtimeCache, &benchExec{})
 	b.direct = libcni.NewCNIConfigWithCacheDir([]string{b.binDir}, b.directCache, &benchExec{})
+	if err := b.setupThick(); err != nil {
+		return err
+	}
 	b.confs = map[string]*libcni.NetworkConfigList{}
 	b.refLists = map[string][]*libcni.NetworkConfigList{}
 	armDirs := map[string]string{armManifold: b.binDir, armShim: b.shimDir}
@@ -161,6 +168,9 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 			if b.confs[arm+"/"+kind], err = b.manifoldConfList(kind, dir); err != nil {
 				return err
 			}
+		}
+		if b.confs[armThick+"/"+kind], err = b.thickConfList(kind); err != nil {
+			return err
 		}
 		for i := 0; i < maxNetworks; i++ {
 			list, err := libcni.NetworkConfFromBytes([]byte(b.networkDef(kind, i).Conf))

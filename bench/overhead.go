@@ -24,6 +24,10 @@ type verbResult struct {
 	Between   *dist `json:"own_between_delegates,omitempty"`
 	After     *dist `json:"own_after_last_delegate,omitempty"`
 	Delegates *dist `json:"delegates_in_manifold,omitempty"`
+	// Thick is thick mode's wall time (shim and daemon), from the same
+	// interleaved iterations, and ThickRatioP50 its median over the reference's.
+	Thick         *dist   `json:"thick,omitempty"`
+	ThickRatioP50 float64 `json:"thick_ratio_p50,omitempty"`
 	// Baseline and BaselineOwn are the -baseline binary's figures, from the
 	// same interleaved iterations.
 	Baseline    *dist `json:"baseline,omitempty"`
@@ -51,6 +55,7 @@ type verbSamples struct {
 	manifold, reference, overhead             []time.Duration
 	own, before, between, after, delegateTime []time.Duration
 	baseline, baselineOwn                     []time.Duration
+	thick                                     []time.Duration
 }
 
 func (v *verbSamples) result() verbResult {
@@ -63,6 +68,10 @@ func (v *verbSamples) result() verbResult {
 	if len(v.own) > 0 {
 		own, before, between, after, dt := summarize(v.own), summarize(v.before), summarize(v.between), summarize(v.after), summarize(v.delegateTime)
 		r.Own, r.Before, r.Between, r.After, r.Delegates = &own, &before, &between, &after, &dt
+	}
+	if len(v.thick) > 0 {
+		thick := summarize(v.thick)
+		r.Thick, r.ThickRatioP50 = &thick, ratio(thick.P50, r.Reference.P50)
 	}
 	if len(v.baseline) > 0 {
 		base := summarize(v.baseline)
@@ -104,7 +113,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
-	arms := []string{armManifold, armDirect}
+	arms := []string{armManifold, armDirect, armThick}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
 	}
@@ -129,6 +138,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 		}
 		for i, v := range []*verbSamples{&add, &del} {
 			v.add(got[armManifold][i], got[armDirect][i], b.watch != nil)
+			v.thick = append(v.thick, got[armThick][i].Wall)
 			if base, ok := got[armBaseline]; ok {
 				v.baseline = append(v.baseline, base[i].Wall)
 				if b.watch != nil {

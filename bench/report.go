@@ -100,6 +100,22 @@ func (r *results) printTable(w io.Writer) {
 		}
 	}
 
+	if len(r.Overhead) > 0 && r.Overhead[0].Add.Thick != nil {
+		fmt.Fprintf(w, "\nThick mode (manifold-shim + manifold daemon) in the same iterations, ms p50 / p99\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "delegates\tnets\tverb\tthick\tmanifold\tdirect\tthick/direct\tmanifold/direct\t")
+		for _, o := range r.Overhead {
+			for _, v := range []struct {
+				name string
+				r    verbResult
+			}{{"ADD", o.Add}, {"DEL", o.Del}} {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", o.Delegates, o.Networks, v.name,
+					pp(*v.r.Thick), pp(v.r.Manifold), pp(v.r.Reference), v.r.ThickRatioP50, v.r.RatioP50)
+			}
+		}
+		tw.Flush()
+	}
+
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.Baseline != nil {
 		fmt.Fprintf(w, "\nBaseline (-baseline binary) in the same iterations, ms p50 / p99\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

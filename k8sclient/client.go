@@ -194,3 +194,7 @@ func statusMessage(data []byte) string {
 	}
 	return string(data)
 }
+
+// CloseIdleConnections closes the client's idle connections. A long-lived
+// caller that replaces a client calls it on the old one.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }

@@ -24,6 +24,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	p.awaitReport(c)
 	return c.finish(p.add(c))
 }
 
@@ -63,7 +64,11 @@ func (p *plugin) add(c *call) error {
 		p.warnEvent(ctx, c, pc, err)
 		return err
 	}
-	p.report(ctx, c, pc, atts, results)
+	if p.reports != nil {
+		p.reports.start(c.args.ContainerID, func() { p.report(ctx, c, pc, atts, results) })
+	} else {
+		p.report(ctx, c, pc, atts, results)
+	}
 
 	res, err := results[0].GetAsVersion(c.conf.CNIVersion)
 	if err != nil {

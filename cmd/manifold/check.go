@@ -11,5 +11,6 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	p.awaitReport(c)
 	return c.finish(c.runner.Check(context.Background(), args.ContainerID, args.Netns))
 }

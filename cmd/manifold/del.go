@@ -25,6 +25,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 		c.log.Warn("DEL for a container ID that ADD would refuse; nothing to do", "error", err)
 		return c.finish(nil)
 	}
+	p.awaitReport(c)
 	if err != nil {
 		// A bad CNI_IFNAME or CNI_ARGS does not stop DEL: the record says what to
 		// delete, and a DEL that fails forever would wedge the pod's removal.

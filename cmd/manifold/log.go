@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"sync"
 
 	"gopkg.in/natefinch/lumberjack.v2"
 
@@ -11,33 +12,65 @@ import (
 
 // newLogger builds the logger of one call (DESIGN §8): JSON lines to logFile with
 // size-based rotation, to stderr when logToStderr is set or there is no logFile,
-// never to stdout, which carries the CNI result.
-func newLogger(conf *netconf.Config, stderr io.Writer) (*slog.Logger, func()) {
+// never to stdout, which carries the CNI result. With files (the daemon), calls
+// share one rotating writer per file and the file stays open.
+func newLogger(conf *netconf.Config, stderr io.Writer, files *logFiles) (*slog.Logger, func()) {
 	level, _ := netconf.ParseLogLevel(conf.LogLevel) // validated by ParseConfig
 	var writers []io.Writer
 	closeFn := func() {}
 	if conf.LogFile != "" {
-		lj := &lumberjack.Logger{Filename: conf.LogFile, MaxSize: 100}
-		if o := conf.LogOptions; o != nil {
-			if o.MaxAge != nil {
-				lj.MaxAge = *o.MaxAge
-			}
-			if o.MaxSize != nil {
-				lj.MaxSize = *o.MaxSize
-			}
-			if o.MaxBackups != nil {
-				lj.MaxBackups = *o.MaxBackups
-			}
-			if o.Compress != nil {
-				lj.Compress = *o.Compress
-			}
+		if files != nil {
+			writers = append(writers, files.get(conf))
+		} else {
+			lj := rotatingFile(conf)
+			writers = append(writers, lj)
+			closeFn = func() { lj.Close() }
 		}
-		writers = append(writers, lj)
-		closeFn = func() { lj.Close() }
 	}
 	if conf.LogToStderr || conf.LogFile == "" {
 		writers = append(writers, stderr)
 	}
 	h := slog.NewJSONHandler(io.MultiWriter(writers...), &slog.HandlerOptions{Level: level})
 	return slog.New(h), closeFn
+}
+
+func rotatingFile(conf *netconf.Config) *lumberjack.Logger {
+	lj := &lumberjack.Logger{Filename: conf.LogFile, MaxSize: 100}
+	if o := conf.LogOptions; o != nil {
+		if o.MaxAge != nil {
+			lj.MaxAge = *o.MaxAge
+		}
+		if o.MaxSize != nil {
+			lj.MaxSize = *o.MaxSize
+		}
+		if o.MaxBackups != nil {
+			lj.MaxBackups = *o.MaxBackups
+		}
+		if o.Compress != nil {
+			lj.Compress = *o.Compress
+		}
+	}
+	return lj
+}
+
+// logFiles is the daemon's set of open log files. Two rotating writers on one
+// file would rotate it under each other, so there is one per file name, made
+// with the logOptions of the first config that names it.
+type logFiles struct {
+	mu    sync.Mutex
+	files map[string]*lumberjack.Logger
+}
+
+func (l *logFiles) get(conf *netconf.Config) *lumberjack.Logger {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lj, ok := l.files[conf.LogFile]; ok {
+		return lj
+	}
+	if l.files == nil {
+		l.files = map[string]*lumberjack.Logger{}
+	}
+	lj := rotatingFile(conf)
+	l.files[conf.LogFile] = lj
+	return lj
 }

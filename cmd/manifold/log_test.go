@@ -19,7 +19,7 @@ func TestLoggerWritesFileAtLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	log, closeLog := newLogger(conf, &stderr)
+	log, closeLog := newLogger(conf, &stderr, nil)
 	log.With("cmd", "ADD", "containerID", "c1").Info("attached", "ifname", "net1")
 	log.Debug("below the level")
 	closeLog()
@@ -50,7 +50,7 @@ func TestLoggerDefaultsToStderrAtError(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	log, closeLog := newLogger(conf, &stderr)
+	log, closeLog := newLogger(conf, &stderr, nil)
 	log.Info("quiet by default")
 	log.Error("loud", "code", 7)
 	closeLog()

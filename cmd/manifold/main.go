@@ -4,6 +4,7 @@
 package main
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -20,6 +21,11 @@ func init() {
 }
 
 func main() {
+	// The runtime runs a CNI plugin with no arguments; thick mode's node
+	// daemon is this binary run as "manifold daemon".
+	if len(os.Args) > 1 && os.Args[1] == "daemon" {
+		os.Exit(runDaemon(os.Args[2:]))
+	}
 	p := newPlugin()
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    p.cmdAdd,
@@ -27,5 +33,5 @@ func main() {
 		Check:  p.cmdCheck,
 		Status: p.cmdStatus,
 		GC:     p.cmdGC,
-	}, version.All, "manifold "+Version+": a CNI meta-plugin for Kubernetes")
+	}, version.All, about())
 }

@@ -27,6 +27,12 @@ type plugin struct {
 	now    func() time.Time
 	// newAPI builds the API client; tests replace it.
 	newAPI func(conf *netconf.Config) (podAPI, error)
+	// logs is the daemon's shared log files; nil in the binary, where each
+	// call opens and closes its own.
+	logs *logFiles
+	// reports is the daemon's status writes in flight; nil in the binary,
+	// which writes the status before it answers.
+	reports *reports
 }
 
 func newPlugin() *plugin {
@@ -71,7 +77,7 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		return nil, err
 	}
 	c := &call{cmd: cmd, args: args, conf: conf}
-	c.log, c.closeLog = newLogger(conf, p.stderr)
+	c.log, c.closeLog = newLogger(conf, p.stderr, p.logs)
 	c.log = c.log.With("cmd", cmd, "containerID", args.ContainerID, "ifname", args.IfName)
 	var envErr error
 	if args.ContainerID != "" {

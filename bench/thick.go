@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/manifold-cni/manifold/e2e/controlplane"
+)
+
+// armThick is thick mode (docs/thick-mode.md): the runtime calls manifold-shim,
+// which passes the call to a running `manifold daemon`. The delegates are the
+// daemon's children, so only wall time is measured for this arm.
+const armThick = "thick"
+
+// setupThick builds thickDir (the plugins, manifold-shim, and manifold for the
+// shim's fallback) and starts the daemon on a socket under the bench dir.
+func (b *bench) setupThick() error {
+	shim := os.Getenv("MANIFOLD_SHIM")
+	if shim == "" {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			return err
+		}
+		shim = filepath.Join(b.dir, "manifold-shim")
+		cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", shim, "./cmd/manifold-shim")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build manifold-shim: %w: %s", err, msg)
+		}
+	}
+	b.thickDir = filepath.Join(b.dir, "thickbin")
+	if err := os.Mkdir(b.thickDir, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(b.plugins)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			if err := os.Symlink(filepath.Join(b.plugins, e.Name()), filepath.Join(b.thickDir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	for name, src := range map[string]string{"manifold": b.manifold, "manifold-shim": shim} {
+		if err := os.Symlink(src, filepath.Join(b.thickDir, name)); err != nil {
+			return err
+		}
+	}
+	b.daemonSocket = filepath.Join(b.dir, "daemon", "manifold.sock")
+	daemon := exec.Command(b.manifold, "daemon", "--socket", b.daemonSocket)
+	daemon.Stderr = os.Stderr
+	if err := daemon.Start(); err != nil {
+		return fmt.Errorf("start manifold daemon: %w", err)
+	}
+	b.onCleanup(func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { daemon.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			daemon.Process.Kill()
+			<-done
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("unix", b.daemonSocket); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("manifold daemon: no socket at %s after 10s", b.daemonSocket)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.thickRuntime = libcni.NewCNIConfigWithCacheDir([]string{b.thickDir}, b.runtimeCache, &benchExec{})
+	return nil
+}
+
+// thickConfList is manifoldConfList for the thick arm: the same keys, with
+// manifold-shim as the type and the daemon's socket.
+func (b *bench) thickConfList(kind string) (*libcni.NetworkConfigList, error) {
+	list, err := b.manifoldConfList(kind, b.thickDir)
+	if err != nil {
+		return nil, err
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(list.Bytes, &raw); err != nil {
+		return nil, err
+	}
+	plugin := raw["plugins"].([]any)[0].(map[string]any)
+	plugin["type"], plugin["daemonSocket"] = "manifold-shim", b.daemonSocket
+	data, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	return libcni.NetworkConfFromBytes(data)
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/shimproto"
+)
+
+// ioTimeout bounds reading a call from the shim and writing the answer back.
+// The call itself is bounded by the verbs' own timeouts, as in the binary.
+const ioTimeout = 10 * time.Second
+
+// apiClientMaxAge is how long the daemon keeps one API client, and so one
+// warm connection. Past it, or when the kubeconfig file changes, the next call
+// builds a new client from the files, which picks up a rotated token or CA.
+const apiClientMaxAge = time.Minute
+
+// runDaemon is `manifold daemon`, the node daemon of thick mode
+// (docs/thick-mode.md). It serves the calls that manifold-shim passes over the
+// socket with the same verbs as the binary, in one long-lived process.
+func runDaemon(args []string) int {
+	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
+	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ln, err := listenSocket(*socket)
+	if err != nil {
+		log.Error("daemon failed to start", "error", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("daemon listening", "socket", *socket, "version", Version)
+	d := newDaemon(log)
+	d.serve(ctx, ln)
+	d.plugin.reports.drain()
+	log.Info("daemon stopped")
+	return 0
+}
+
+// daemon holds what lives across calls: the API clients and the log files.
+type daemon struct {
+	plugin *plugin
+	log    *slog.Logger
+	apis   *apiCache
+}
+
+func newDaemon(log *slog.Logger) *daemon {
+	p := newPlugin()
+	apis := &apiCache{now: time.Now, build: newAPIClient}
+	p.newAPI = apis.get
+	p.logs = &logFiles{}
+	p.reports = &reports{}
+	return &daemon{plugin: p, log: log, apis: apis}
+}
+
+// listenSocket listens on path, in a directory only root can enter. A socket
+// file left by a daemon that is gone is replaced; one that a live daemon
+// answers on is not.
+func listenSocket(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create socket dir for %s: %w", path, err)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("listen on %s: another daemon is answering there", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	// The socket runs CNI calls as root: only root may connect.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("restrict socket %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// serve answers calls until ctx is done, then stops taking new ones and waits
+// for the calls in flight: stopping one half way would leave a half-attached
+// pod for DEL to clean.
+func (d *daemon) serve(ctx context.Context, ln *net.UnixListener) {
+	// Close removes the socket file (net.UnixListener unlinks it), so the shims
+	// that come after fall back to the binary at once.
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	var wg sync.WaitGroup
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("accept failed; stopping", "error", err)
+			}
+			break
+		}
+		wg.Go(func() { d.handle(conn) })
+	}
+	wg.Wait()
+}
+
+// handle serves one connection: one call.
+func (d *daemon) handle(conn *net.UnixConn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(ioTimeout))
+	req, err := shimproto.ReadRequest(conn)
+	if errors.Is(err, io.EOF) {
+		return // a connection closed before it said anything: a liveness probe
+	}
+	if err != nil {
+		d.log.Warn("bad call on the socket", "error", err)
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	rep := d.plugin.serveCall(req)
+	conn.SetDeadline(time.Now().Add(ioTimeout))
+	if err := shimproto.WriteReply(conn, rep); err != nil {
+		d.log.Warn("answer not delivered to the shim", "cmd", req.Getenv("CNI_COMMAND"), "containerID", req.Getenv("CNI_CONTAINERID"), "error", err)
+	}
+}
+
+// apiCache keeps one API client per kubeconfig and timeout, so that calls share
+// a warm connection.
+type apiCache struct {
+	now   func() time.Time
+	build func(*netconf.Config) (podAPI, error)
+
+	mu      sync.Mutex
+	clients map[apiKey]*cachedAPI
+}
+
+type apiKey struct {
+	kubeconfig string
+	timeout    time.Duration
+}
+
+type cachedAPI struct {
+	api   podAPI
+	made  time.Time
+	mtime time.Time // the kubeconfig's, when it was read
+}
+
+func (a *apiCache) get(conf *netconf.Config) (podAPI, error) {
+	key := apiKey{conf.Kubeconfig, conf.APITimeout}
+	var mtime time.Time
+	if key.kubeconfig != "" {
+		if fi, err := os.Stat(key.kubeconfig); err == nil {
+			mtime = fi.ModTime()
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	if c, ok := a.clients[key]; ok && now.Sub(c.made) < apiClientMaxAge && c.mtime.Equal(mtime) {
+		return c.api, nil
+	}
+	api, err := a.build(conf)
+	if err != nil {
+		return nil, err
+	}
+	if old, ok := a.clients[key]; ok {
+		// Calls in flight keep their requests; only idle connections close.
+		if c, ok := old.api.(*k8sclient.Client); ok {
+			c.CloseIdleConnections()
+		}
+	}
+	if a.clients == nil {
+		a.clients = map[apiKey]*cachedAPI{}
+	}
+	a.clients[key] = &cachedAPI{api: api, made: now, mtime: mtime}
+	return api, nil
+}

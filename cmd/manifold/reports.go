@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"sync"
+	"time"
+)
+
+// reports is the daemon's set of status writes still in flight. In the binary,
+// ADD writes network-status and sends its events before it answers, because the
+// process ends with the answer. The daemon answers first and writes them just
+// after (docs/thick-mode.md): the pod's containers start while the patch is on
+// its way, instead of after it. Two rules keep that safe:
+//   - a DEL, CHECK or ADD of the same container waits for the container's write,
+//     so a status never lands after the DEL that undid it;
+//   - the daemon waits for every write before it exits.
+type reports struct {
+	mu      sync.Mutex
+	pending map[string]chan struct{}
+	wg      sync.WaitGroup
+}
+
+// start runs write in the background for containerID.
+func (r *reports) start(containerID string, write func()) {
+	done := make(chan struct{})
+	r.mu.Lock()
+	prev := r.pending[containerID]
+	if r.pending == nil {
+		r.pending = map[string]chan struct{}{}
+	}
+	r.pending[containerID] = done
+	r.mu.Unlock()
+	r.wg.Go(func() {
+		defer func() {
+			r.mu.Lock()
+			if r.pending[containerID] == done {
+				delete(r.pending, containerID)
+			}
+			r.mu.Unlock()
+			close(done)
+		}()
+		if prev != nil {
+			<-prev
+		}
+		write()
+	})
+}
+
+// wait blocks until the container's write is done, or for at most bound: the
+// write's requests are bounded by apiTimeout, so the bound is only a guard.
+// It reports whether the write was done.
+func (r *reports) wait(containerID string, bound time.Duration) bool {
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	done := r.pending[containerID]
+	r.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(bound):
+		return false
+	}
+}
+
+// drain waits for every write in flight.
+func (r *reports) drain() { r.wg.Wait() }
+
+// callStderr is a daemon call's stderr. Until the answer is sent, it collects
+// what the call logs, for the shim to pass to the runtime as the binary's
+// stderr would be; after, a background status write still logs, and that goes
+// to the daemon's own stderr.
+type callStderr struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	sealed bool
+	after  io.Writer
+}
+
+func (w *callStderr) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sealed {
+		return w.after.Write(p)
+	}
+	return w.buf.Write(p)
+}
+
+// seal returns what was collected and sends later writes to after.
+func (w *callStderr) seal() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sealed = true
+	return bytes.Clone(w.buf.Bytes())
+}
+
+// awaitReport makes a verb on a container wait for that container's status
+// write, in the daemon. The write's requests run concurrently, each bounded by
+// apiTimeout, so it is done within apiTimeout; the extra second is slack.
+func (p *plugin) awaitReport(c *call) {
+	if p.reports == nil || c.args.ContainerID == "" {
+		return
+	}
+	bound := c.conf.APITimeout + time.Second
+	if !p.reports.wait(c.args.ContainerID, bound) {
+		c.log.Warn("the status write of an earlier ADD is still running; going on without it", "waited", bound.String())
+	}
+}

@@ -1,0 +1,257 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+)
+
+// newThickNode is newNode for thick mode: the bin dir holds the plugins and
+// manifold-shim, and holds manifold (the shim's fallback) only if fallback is
+// true. Without it, a call that succeeds can only have been served by the
+// daemon.
+func newThickNode(t *testing.T, fallback bool) *node {
+	testenv.RequirePrivileged(t)
+	dir := t.TempDir()
+	entries, err := os.ReadDir(testenv.Plugins(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			if err := os.Symlink(filepath.Join(testenv.Plugins(t), e.Name()), filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	links := map[string]string{"manifold-shim": testenv.Shim(t)}
+	if fallback {
+		links["manifold"] = testenv.Manifold(t)
+	}
+	for name, src := range links {
+		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := &node{rt: testenv.NewRuntime(t, dir), cniDir: t.TempDir(), leaseDir: t.TempDir(), bridge: testenv.UniqueName("mfbr")}
+	t.Cleanup(func() { testenv.DeleteLink(n.bridge) })
+	return n
+}
+
+// thickConf is manifoldConf with manifold-shim as the type and the daemon's socket.
+func (n *node) thickConf(t *testing.T, socket string, delegates ...string) []byte {
+	t.Helper()
+	return bytes.Replace(n.manifoldConf(t, "1.1.0", map[string]any{"daemonSocket": socket}, delegates...),
+		[]byte(`"type":"manifold"`), []byte(`"type":"manifold-shim"`), 1)
+}
+
+// threeDelegates is the bridge, macvlan and ptp set of TestThreeDelegatesAddDel.
+func (n *node) threeDelegates(t *testing.T, subnet string) []string {
+	parent := testenv.VethParent(t)
+	return []string{
+		n.bridgeConf("1.0.0", "10."+subnet+".1.0/24"),
+		n.macvlanConf("0.4.0", parent, "10."+subnet+".2.0/24"),
+		ptpConf("0.3.1", "10."+subnet+".3.7/24"),
+	}
+}
+
+// assertAttached checks the pod's three interfaces and the node's leases.
+func assertAttached(t *testing.T, n *node, netns ns.NetNS, subnet string) {
+	t.Helper()
+	links := podLinks(t, netns)
+	want := map[string]string{"eth0": "10." + subnet + ".1.", "net1": "10." + subnet + ".2.", "net2": "10." + subnet + ".3.7/24"}
+	if len(links) != len(want) {
+		t.Errorf("pod links = %v, want exactly %v", links, want)
+	}
+	for name, prefix := range want {
+		if addrs := links[name]; len(addrs) != 1 || !strings.HasPrefix(addrs[0], prefix) {
+			t.Errorf("%s addresses = %v, want one starting %s", name, addrs, prefix)
+		}
+	}
+	if got := leases(t, n.leaseDir); len(got) != 2 {
+		t.Errorf("host-local leases = %v, want 2", got)
+	}
+}
+
+// TestThickAddDel: ADD, CHECK and DEL of a pod with three real delegates, served
+// by the daemon (the bin dir has no manifold binary to fall back to).
+func TestThickAddDel(t *testing.T) {
+	n := newThickNode(t, false)
+	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	ctx := context.Background()
+	conf := testenv.Conf(t, n.thickConf(t, d.Socket, n.threeDelegates(t, "202")...))
+	pod, netns := newPod(t)
+
+	res, err := n.rt.Add(ctx, conf, pod)
+	if err != nil {
+		t.Fatalf("ADD through the daemon: %v", err)
+	}
+	t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version() != "1.1.0" || len(cur.IPs) != 1 || !strings.HasPrefix(cur.IPs[0].Address.String(), "10.202.1.") {
+		t.Errorf("result = version %s, IPs %v; want 1.1.0 and one address in 10.202.1.0/24", res.Version(), cur.IPs)
+	}
+	assertAttached(t, n, netns, "202")
+	if err := n.rt.Check(ctx, conf, pod); err != nil {
+		t.Errorf("CHECK through the daemon: %v", err)
+	}
+	if err := n.rt.Del(ctx, conf, pod); err != nil {
+		t.Fatalf("DEL through the daemon: %v", err)
+	}
+	if got := podLinks(t, netns); len(got) != 0 {
+		t.Errorf("pod links after DEL = %v, want none", got)
+	}
+	assertClean(t, n, "DEL through the daemon")
+}
+
+// TestThickFallback: with no daemon (no socket file, or the file of a daemon
+// that was killed), the shim runs the manifold binary, and ADD and DEL work.
+func TestThickFallback(t *testing.T) {
+	for _, state := range []string{"no socket", "stale socket"} {
+		t.Run(state, func(t *testing.T) {
+			n := newThickNode(t, true)
+			socket := filepath.Join(t.TempDir(), "manifold.sock")
+			if state == "stale socket" {
+				d := testenv.StartDaemon(t, testenv.Manifold(t))
+				d.Kill(t)
+				if _, err := os.Stat(d.Socket); err != nil {
+					t.Fatalf("a killed daemon should leave its socket file: %v", err)
+				}
+				socket = d.Socket
+			}
+			ctx := context.Background()
+			conf := testenv.Conf(t, n.thickConf(t, socket, n.threeDelegates(t, "203")...))
+			pod, netns := newPod(t)
+			if _, err := n.rt.Add(ctx, conf, pod); err != nil {
+				t.Fatalf("ADD with the daemon down: %v", err)
+			}
+			t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
+			assertAttached(t, n, netns, "203")
+			if err := n.rt.Del(ctx, conf, pod); err != nil {
+				t.Fatalf("DEL with the daemon down: %v", err)
+			}
+			assertClean(t, n, "DEL with the daemon down")
+		})
+	}
+}
+
+// TestThickNoFallbackBinary: with the daemon down and no manifold binary next
+// to the shim, ADD fails with "try again later" and names the socket.
+func TestThickNoFallbackBinary(t *testing.T) {
+	n := newThickNode(t, false)
+	socket := filepath.Join(t.TempDir(), "manifold.sock")
+	conf := testenv.Conf(t, n.thickConf(t, socket, n.threeDelegates(t, "204")...))
+	pod, netns := newPod(t)
+	_, err := n.rt.Add(context.Background(), conf, pod)
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || !strings.Contains(te.Msg, socket) {
+		t.Fatalf("ADD = %v, want code 11 naming %s", err, socket)
+	}
+	if got := podLinks(t, netns); len(got) != 0 {
+		t.Errorf("pod links after a refused ADD = %v", got)
+	}
+}
+
+// TestThickDaemonKilledMidAdd kills the daemon while the second delegate is half
+// done. The shim answers "try again later"; the runtime's DEL then runs the
+// binary (the daemon is gone) and removes all of it.
+func TestThickDaemonKilledMidAdd(t *testing.T) {
+	n := newThickNode(t, true)
+	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	dir := t.TempDir()
+	reached, release := filepath.Join(dir, "reached"), filepath.Join(dir, "release")
+	delegates := n.threeDelegates(t, "205")
+	delegates[1] = gated(delegates[1], reached, release)
+	conflist := n.thickConf(t, d.Socket, delegates...)
+	pod, netns := newPod(t)
+
+	shim := exec.Command(filepath.Join(n.rt.BinDir, "manifold-shim"))
+	var args []string
+	for _, kv := range pod.Args {
+		args = append(args, kv[0]+"="+kv[1])
+	}
+	shim.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+pod.ContainerID, "CNI_NETNS="+pod.NetNS,
+		"CNI_IFNAME=eth0", "CNI_PATH="+n.rt.BinDir, "CNI_ARGS="+strings.Join(args, ";"))
+	shim.Stdin = bytes.NewReader(singlePlugin(t, conflist))
+	var out bytes.Buffer
+	shim.Stdout, shim.Stderr = &out, os.Stderr
+	if err := shim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, reached, 30*time.Second)
+	d.Kill(t)
+	err := shim.Wait()
+	var te types.Error
+	if err == nil || json.Unmarshal(out.Bytes(), &te) != nil || te.Code != types.ErrTryAgainLater {
+		t.Fatalf("shim after the daemon died: exit %v, stdout %s; want code 11", err, out.Bytes())
+	}
+	if !strings.Contains(te.Msg, "connection lost") {
+		t.Errorf("message %q should say the connection was lost", te.Msg)
+	}
+	if got := len(podLinks(t, netns)); got != 2 {
+		t.Fatalf("links in the pod at the crash = %d, want 2", got)
+	}
+	if err := n.rt.Del(context.Background(), testenv.Conf(t, conflist), pod); err != nil {
+		t.Fatalf("DEL after the daemon died: %v", err)
+	}
+	if got := podLinks(t, netns); len(got) != 0 {
+		t.Errorf("pod links after DEL = %v", got)
+	}
+	assertClean(t, n, "DEL after the daemon died")
+}
+
+// TestThickConcurrentPods: 20 pods attach and detach at once through one daemon.
+func TestThickConcurrentPods(t *testing.T) {
+	n := newThickNode(t, false)
+	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	parent := testenv.VethParent(t)
+	ctx := context.Background()
+	conf := testenv.Conf(t, n.thickConf(t, d.Socket,
+		n.bridgeConf("1.0.0", "10.206.0.0/16"),
+		n.macvlanConf("1.0.0", parent, "10.207.0.0/16")))
+	const pods = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*pods)
+	for range pods {
+		pod, netns := newPod(t)
+		wg.Go(func() {
+			if _, err := n.rt.Add(ctx, conf, pod); err != nil {
+				errs <- fmt.Errorf("ADD %s: %w", pod.ContainerID, err)
+				return
+			}
+			if got := countLinks(netns); got != 2 {
+				errs <- fmt.Errorf("pod %s has %d links after ADD, want 2", pod.ContainerID, got)
+			}
+			if err := n.rt.Del(ctx, conf, pod); err != nil {
+				errs <- fmt.Errorf("DEL %s: %w", pod.ContainerID, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assertClean(t, n, "concurrent pods through the daemon")
+	if d.Exited() {
+		t.Error("the daemon exited during the test")
+	}
+}

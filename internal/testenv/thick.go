@@ -1,0 +1,108 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// FindShim returns the manifold-shim binary: $MANIFOLD_SHIM, or else a fresh
+// build of ./cmd/manifold-shim placed in dir.
+func FindShim(dir string) (string, error) {
+	if b := os.Getenv("MANIFOLD_SHIM"); b != "" {
+		return b, nil
+	}
+	root, err := FindRepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "manifold-shim")
+	if out, err := run(root, "go", "build", "-o", bin, "./cmd/manifold-shim"); err != nil {
+		return "", fmt.Errorf("build manifold-shim: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// Shim returns the manifold-shim binary, built once per test if need be.
+func Shim(t testing.TB) string {
+	t.Helper()
+	bin, err := FindShim(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Daemon is a running `manifold daemon`.
+type Daemon struct {
+	Socket string
+	cmd    *exec.Cmd
+	done   chan struct{}
+}
+
+// StartDaemon runs `manifold daemon` on a socket in a temp dir, waits until it
+// answers, and stops it when the test ends.
+func StartDaemon(t testing.TB, manifold string) *Daemon {
+	t.Helper()
+	d := &Daemon{Socket: filepath.Join(t.TempDir(), "run", "manifold.sock"), done: make(chan struct{})}
+	d.cmd = exec.Command(manifold, "daemon", "--socket", d.Socket)
+	d.cmd.Stderr = os.Stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start manifold daemon: %v", err)
+	}
+	go func() { d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() { d.Stop(t) })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unix", d.Socket); err == nil {
+			c.Close()
+			return d
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("manifold daemon exited before it listened: %v", d.cmd.ProcessState)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("manifold daemon: no socket at %s after 10s", d.Socket)
+		}
+	}
+}
+
+// Kill ends the daemon with SIGKILL, as a crash or an OOM kill would.
+func (d *Daemon) Kill(t testing.TB) {
+	t.Helper()
+	d.cmd.Process.Kill()
+	<-d.done
+}
+
+// Stop ends the daemon with SIGTERM and waits for it; SIGKILL after 20s.
+func (d *Daemon) Stop(t testing.TB) {
+	t.Helper()
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		t.Errorf("manifold daemon did not stop within 20s of SIGTERM")
+		d.Kill(t)
+	}
+}
+
+// Exited reports whether the daemon process has ended.
+func (d *Daemon) Exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
