@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/manifold
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.Version=$(VERSION)
 FUZZTIME ?= 20s
-FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest
+FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest cmd/manifold-shim:FuzzTopLevelStrings
 
 export MANIFOLD_CACHE := $(CACHE)
 

@@ -13,8 +13,8 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -84,7 +84,7 @@ func ReadRequest(r io.Reader) (*Request, error) {
 		return nil, err
 	}
 	if n > MaxEnv {
-		return nil, fmt.Errorf("read request: %d environment entries, more than %d", n, MaxEnv)
+		return nil, errors.New("read request: " + itoa(n) + " environment entries, more than " + itoa(MaxEnv))
 	}
 	req := &Request{Env: make([]string, 0, n)}
 	for range n {
@@ -103,7 +103,7 @@ func ReadRequest(r io.Reader) (*Request, error) {
 // WriteReply writes r as one frame.
 func WriteReply(w io.Writer, r *Reply) error {
 	if r.ExitCode < 0 || r.ExitCode > 255 {
-		return fmt.Errorf("write reply: exit code %d is out of range 0-255", r.ExitCode)
+		return errors.New("write reply: exit code " + strconv.Itoa(r.ExitCode) + " is out of range 0-255")
 	}
 	bw := bufio.NewWriter(w)
 	bw.Write(replyMagic)
@@ -124,7 +124,7 @@ func ReadReply(r io.Reader) (*Reply, error) {
 		return nil, err
 	}
 	if code > 255 {
-		return nil, fmt.Errorf("read reply: exit code %d is out of range 0-255", code)
+		return nil, errors.New("read reply: exit code " + itoa(code) + " is out of range 0-255")
 	}
 	rep := &Reply{ExitCode: int(code)}
 	if rep.Stdout, err = getField(br, MaxOutput, "stdout"); err != nil {
@@ -150,10 +150,10 @@ func putField(w *bufio.Writer, b []byte) {
 func expectMagic(r io.Reader, magic []byte) error {
 	got := make([]byte, len(magic))
 	if _, err := io.ReadFull(r, got); err != nil {
-		return fmt.Errorf("read frame header: %w", err)
+		return wrap("read frame header: ", err)
 	}
 	if string(got) != string(magic) {
-		return fmt.Errorf("read frame header: got %q, want %q: not a manifold %s", got, magic, kind(magic))
+		return errors.New("read frame header: got " + strconv.Quote(string(got)) + ", want " + strconv.Quote(string(magic)) + ": not a manifold " + kind(magic))
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func kind(magic []byte) string {
 func getUint(r io.Reader) (uint32, error) {
 	var b [4]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, fmt.Errorf("read frame: %w", truncated(err))
+		return 0, wrap("read frame: ", truncated(err))
 	}
 	return binary.BigEndian.Uint32(b[:]), nil
 }
@@ -179,11 +179,11 @@ func getField(r io.Reader, limit int, what string) ([]byte, error) {
 		return nil, err
 	}
 	if int64(n) > int64(limit) {
-		return nil, fmt.Errorf("read frame: %s of %d bytes, more than %d", what, n, limit)
+		return nil, errors.New("read frame: " + what + " of " + itoa(n) + " bytes, more than " + strconv.Itoa(limit))
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, fmt.Errorf("read frame: %s: %w", what, truncated(err))
+		return nil, wrap("read frame: "+what+": ", truncated(err))
 	}
 	return b, nil
 }
@@ -195,3 +195,16 @@ func truncated(err error) error {
 	}
 	return err
 }
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// wrap is fmt.Errorf("%s%w") without fmt, which the shim does not link.
+func wrap(prefix string, err error) error { return &wrapped{prefix, err} }
+
+type wrapped struct {
+	prefix string
+	err    error
+}
+
+func (w *wrapped) Error() string { return w.prefix + w.err.Error() }
+func (w *wrapped) Unwrap() error { return w.err }

@@ -3,34 +3,32 @@
 // the manifold node daemon, which runs it with a warm API connection, and prints
 // the daemon's answer.
 //
-// When the daemon cannot be reached, the shim runs the manifold binary next to
-// it with the same environment and stdin, so a node whose daemon is down or
-// restarting still attaches and detaches pods (docs/thick-mode.md).
+// When the daemon cannot be reached, the shim becomes the manifold binary next
+// to it (execve, with the same environment and stdin), so a node whose daemon
+// is down or restarting still attaches and detaches pods (docs/thick-mode.md).
 //
-// It links only the standard library and shimproto, so that it starts in a few
-// milliseconds: start-up is what thick mode exists to save.
+// Start-up is what thick mode exists to save, so the shim links as little as
+// it can: os, syscall, strconv, x/sys/unix and shimproto. No net, fmt, os/exec or
+// encoding/json; each of those costs every call start-up time.
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"time"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
-// dialTimeout bounds the connect to the daemon. A live daemon accepts at once;
-// a socket whose daemon is gone is refused at once. The timeout is for a daemon
-// that is alive but stuck.
-const dialTimeout = 2 * time.Second
+// connectTimeout bounds the connect to the daemon. A live daemon accepts at
+// once and a socket whose daemon is gone is refused at once; the timeout is for
+// a daemon that is alive but no longer accepting.
+const connectTimeout = 2 // seconds
 
 // CNI error codes the shim itself can return.
 const (
@@ -42,11 +40,12 @@ func main() {
 	os.Exit(run(os.Stdin, os.Stdout, os.Stderr, os.Environ()))
 }
 
-// run makes one CNI call and returns the exit code.
+// run makes one CNI call and returns the exit code. It returns only when the
+// daemon answered or the shim failed; the fallback replaces the process.
 func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 	data, err := io.ReadAll(io.LimitReader(stdin, shimproto.MaxStdin+1))
 	if err != nil || len(data) > shimproto.MaxStdin {
-		return cniError(stdout, "", codeInvalidConfig, fmt.Sprintf("manifold-shim: read stdin: at most %d bytes can be read (%v)", shimproto.MaxStdin, err))
+		return cniError(stdout, "", codeInvalidConfig, "manifold-shim: read stdin: at most "+strconv.Itoa(shimproto.MaxStdin)+" bytes can be read")
 	}
 	req := &shimproto.Request{Stdin: data}
 	for _, kv := range environ {
@@ -54,17 +53,17 @@ func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 			req.Env = append(req.Env, kv)
 		}
 	}
-	conf := readConf(data)
-	socket := conf.DaemonSocket
+	conf, _ := topLevelStrings(data, "cniVersion", "daemonSocket")
+	cniVersion, socket := conf["cniVersion"], conf["daemonSocket"]
 	if socket == "" {
 		socket = shimproto.DefaultSocket
 	}
 	if !filepath.IsAbs(socket) {
-		return cniError(stdout, conf.CNIVersion, codeInvalidConfig, fmt.Sprintf("manifold-shim: daemonSocket %q is not an absolute path", socket))
+		return cniError(stdout, cniVersion, codeInvalidConfig, "manifold-shim: daemonSocket "+strconv.Quote(socket)+" is not an absolute path")
 	}
-	conn, err := net.DialTimeout("unix", socket, dialTimeout)
+	conn, err := connect(socket)
 	if err != nil {
-		return fallback(req, stdout, stderr, environ, conf, fmt.Sprintf("manifold daemon at %s cannot be reached (%v)", socket, err))
+		return fallback(data, stdout, stderr, environ, cniVersion, "manifold daemon at "+socket+" cannot be reached ("+err.Error()+")")
 	}
 	defer conn.Close()
 	rep, err := call(conn, req)
@@ -74,61 +73,73 @@ func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 		// are not, and the runtime's answer to a failed ADD is a DEL.
 		switch req.Getenv("CNI_COMMAND") {
 		case "ADD", "CHECK":
-			return cniError(stdout, conf.CNIVersion, codeTryAgainLater, fmt.Sprintf("manifold daemon at %s: %v", socket, err))
+			return cniError(stdout, cniVersion, codeTryAgainLater, "manifold daemon at "+socket+": "+err.Error())
 		}
-		return fallback(req, stdout, stderr, environ, conf, fmt.Sprintf("manifold daemon at %s: %v", socket, err))
+		return fallback(data, stdout, stderr, environ, cniVersion, "manifold daemon at "+socket+": "+err.Error())
 	}
 	stdout.Write(rep.Stdout)
 	stderr.Write(rep.Stderr)
 	return rep.ExitCode
 }
 
-func call(conn net.Conn, req *shimproto.Request) (*shimproto.Reply, error) {
-	// The request is small and the daemon reads it at once; the reply comes
-	// when the call is done, which the daemon bounds and the runtime times.
-	conn.SetWriteDeadline(time.Now().Add(dialTimeout))
+// connect opens a unix stream socket to path. The send timeout bounds a
+// blocking connect on a unix socket too.
+func connect(path string) (*os.File, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	tv := syscall.Timeval{Sec: connectTimeout}
+	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func call(conn *os.File, req *shimproto.Request) (*shimproto.Reply, error) {
 	if err := shimproto.WriteRequest(conn, req); err != nil {
-		return nil, fmt.Errorf("send the call: %w", err)
+		return nil, errorf("send the call: ", err)
 	}
 	rep, err := shimproto.ReadReply(conn)
 	if err != nil {
-		return nil, fmt.Errorf("connection lost before the answer: %w", err)
+		return nil, errorf("connection lost before the answer: ", err)
 	}
 	return rep, nil
 }
 
-// shimConf is the part of the network config the shim reads.
-type shimConf struct {
-	CNIVersion   string `json:"cniVersion"`
-	DaemonSocket string `json:"daemonSocket"`
-}
-
-// readConf reads what it can. A config that does not parse is passed on as it
-// is: manifold owns the error message for it.
-func readConf(data []byte) shimConf {
-	var c shimConf
-	json.Unmarshal(data, &c)
-	return c
-}
-
-// fallback runs the manifold binary that sits next to the shim, with the
-// runtime's own environment and stdin, and returns its exit code.
-func fallback(req *shimproto.Request, stdout, stderr io.Writer, environ []string, conf shimConf, why string) int {
+// fallback replaces the shim with the manifold binary from the shim's own
+// directory, with the runtime's environment and the same stdin. It returns
+// only if that cannot be done.
+func fallback(data []byte, stdout, stderr io.Writer, environ []string, cniVersion, why string) int {
 	bin := filepath.Join(ownDir(), "manifold")
-	fmt.Fprintf(stderr, "manifold-shim: %s; running %s instead\n", why, bin)
-	cmd := exec.Command(bin)
-	cmd.Env = environ
-	cmd.Stdin = bytes.NewReader(req.Stdin)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	err := cmd.Run()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exitErr) && exitErr.ExitCode() > 0:
-		return exitErr.ExitCode()
+	io.WriteString(stderr, "manifold-shim: "+why+"; running "+bin+" instead\n")
+	if err := stdinFrom(data); err != nil {
+		return cniError(stdout, cniVersion, codeTryAgainLater, "manifold-shim: "+why+", and stdin for "+bin+" could not be set up: "+err.Error())
 	}
-	return cniError(stdout, conf.CNIVersion, codeTryAgainLater, fmt.Sprintf("manifold-shim: %s, and %s failed to run: %v", why, bin, err))
+	err := syscall.Exec(bin, []string{bin}, environ)
+	return cniError(stdout, cniVersion, codeTryAgainLater, "manifold-shim: "+why+", and "+bin+" could not be run: "+err.Error())
+}
+
+// stdinFrom makes fd 0 an in-memory file that holds data, from its start.
+func stdinFrom(data []byte) error {
+	fd, err := unix.MemfdCreate("manifold-stdin", 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), "stdin")
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	return syscall.Dup3(fd, 0, 0)
 }
 
 // ownDir is the directory the runtime ran the shim from: its CNI bin dir,
@@ -144,12 +155,41 @@ func ownDir() string {
 	return "."
 }
 
+func errorf(prefix string, err error) error { return &shimError{prefix + err.Error()} }
+
+type shimError struct{ msg string }
+
+func (e *shimError) Error() string { return e.msg }
+
 // cniError prints a CNI error and returns the exit code that goes with it.
 func cniError(stdout io.Writer, cniVersion string, code int, msg string) int {
-	json.NewEncoder(stdout).Encode(struct {
-		CNIVersion string `json:"cniVersion,omitempty"`
-		Code       int    `json:"code"`
-		Msg        string `json:"msg"`
-	}{cniVersion, code, msg})
+	var b strings.Builder
+	b.WriteString("{")
+	if cniVersion != "" {
+		b.WriteString(`"cniVersion":` + jsonString(cniVersion) + ",")
+	}
+	b.WriteString(`"code":` + strconv.Itoa(code) + `,"msg":` + jsonString(msg) + "}\n")
+	io.WriteString(stdout, b.String())
 	return 1
+}
+
+// jsonString quotes s as a JSON string.
+func jsonString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x2028 || r == 0x2029:
+			b.WriteString(`\u`)
+			h := strconv.FormatInt(int64(r), 16)
+			b.WriteString(strings.Repeat("0", 4-len(h)) + h)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

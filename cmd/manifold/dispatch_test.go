@@ -71,6 +71,11 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 		"DEL without a record":      {[]string{"CNI_COMMAND=DEL", "CNI_CONTAINERID=c2", "CNI_IFNAME=eth0", "CNI_PATH=/nonexistent"}, good},
 		"DEL without CNI_IFNAME":    {[]string{"CNI_COMMAND=DEL", "CNI_CONTAINERID=c2", "CNI_PATH=/nonexistent"}, good},
 	}
+	// Take the binary's version, so that the about line can match.
+	aboutOut, _ := exec.Command(bin).CombinedOutput()
+	head, _, _ := strings.Cut(string(aboutOut), ":")
+	defer func(v string) { Version = v }(Version)
+	Version = strings.TrimPrefix(head, "manifold ")
 	d := newDaemon(nil)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
