@@ -48,8 +48,14 @@ func runDaemon(args []string) int {
 	defer stop()
 	log.Info("daemon listening", "socket", *socket, "version", Version)
 	d := newDaemon(log)
-	d.serve(ctx, ln)
+	err = d.serve(ctx, ln)
 	d.plugin.reports.drain()
+	if err != nil {
+		// Exit non-zero, so that the DaemonSet restarts the daemon; until
+		// then the shims run the binary.
+		log.Error("daemon stopped", "error", err)
+		return 1
+	}
 	log.Info("daemon stopped")
 	return 0
 }
@@ -99,7 +105,7 @@ func listenSocket(path string) (*net.UnixListener, error) {
 // serve answers calls until ctx is done, then stops taking new ones and waits
 // for the calls in flight: stopping one half way would leave a half-attached
 // pod for DEL to clean.
-func (d *daemon) serve(ctx context.Context, ln *net.UnixListener) {
+func (d *daemon) serve(ctx context.Context, ln *net.UnixListener) error {
 	// Close removes the socket file (net.UnixListener unlinks it), so the shims
 	// that come after fall back to the binary at once.
 	go func() {
@@ -107,17 +113,18 @@ func (d *daemon) serve(ctx context.Context, ln *net.UnixListener) {
 		ln.Close()
 	}()
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		conn, err := ln.AcceptUnix()
 		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Error("accept failed; stopping", "error", err)
+			if ctx.Err() != nil {
+				return nil
 			}
-			break
+			ln.Close()
+			return fmt.Errorf("accept on the socket: %w", err)
 		}
 		wg.Go(func() { d.handle(conn) })
 	}
-	wg.Wait()
 }
 
 // handle serves one connection: one call.
