@@ -64,15 +64,15 @@ func (p *plugin) add(c *call) error {
 		p.warnEvent(ctx, c, pc, err)
 		return err
 	}
+	// Convert before reporting: an ADD that fails here writes no status.
+	res, err := results[0].GetAsVersion(c.conf.CNIVersion)
+	if err != nil {
+		return fmt.Errorf("convert result of default network %s to cniVersion %s: %w", atts[0].DisplayName(), c.conf.CNIVersion, err)
+	}
 	if p.reports != nil {
 		p.reports.start(c.args.ContainerID, func() { p.report(ctx, c, pc, atts, results) })
 	} else {
 		p.report(ctx, c, pc, atts, results)
-	}
-
-	res, err := results[0].GetAsVersion(c.conf.CNIVersion)
-	if err != nil {
-		return fmt.Errorf("convert result of default network %s to cniVersion %s: %w", atts[0].DisplayName(), c.conf.CNIVersion, err)
 	}
 	return res.PrintTo(p.stdout)
 }
