@@ -155,17 +155,19 @@ func run(s settings, out string) (err error) {
 		}
 	}
 	if want("api") {
-		for _, n := range []int{1, 3, 8} {
-			logf("API requests: %d networks, %d ADDs and DELs", n, s.apiCalls)
-			pod, err := b.createPod(fmt.Sprintf("api-%d", n), kindNoop, n)
-			if err != nil {
-				return err
+		for _, arm := range []string{armManifold, armThick} {
+			for _, n := range []int{1, 3, 8} {
+				logf("API requests: %s, %d networks, %d ADDs and DELs", arm, n, s.apiCalls)
+				pod, err := b.createPod(fmt.Sprintf("api-%s-%d", arm, n), kindNoop, n)
+				if err != nil {
+					return err
+				}
+				a, err := b.apiLoad(arm, pod, s.apiCalls)
+				if err != nil {
+					return fmt.Errorf("API requests %s %d: %w", arm, n, err)
+				}
+				res.API = append(res.API, a)
 			}
-			a, err := b.apiLoad(pod, s.apiCalls)
-			if err != nil {
-				return fmt.Errorf("API requests %d: %w", n, err)
-			}
-			res.API = append(res.API, a)
 		}
 	}
 	if want("concurrency") {

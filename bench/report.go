@@ -138,9 +138,9 @@ func (r *results) printTable(w io.Writer) {
 	if len(r.API) > 0 {
 		fmt.Fprintf(w, "\nAPI requests per call (kube-apiserver apiserver_request_total, pods/NADs/events)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "nets\tcalls\tper ADD\tper DEL")
+		fmt.Fprintln(tw, "arm\tnets\tcalls\tper ADD\tper DEL")
 		for _, a := range r.API {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", a.Networks, a.Calls, formatCounts(a.PerAdd), formatCounts(a.PerDel))
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", a.Arm, a.Networks, a.Calls, formatCounts(a.PerAdd), formatCounts(a.PerDel))
 		}
 		tw.Flush()
 	}
