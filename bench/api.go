@@ -14,7 +14,7 @@ type apiResult struct {
 	// Arm is manifold (thin) or thick (shim and daemon).
 	Arm      string `json:"arm"`
 	Networks int    `json:"networks"`
-	Calls    int `json:"calls"`
+	Calls    int    `json:"calls"`
 	// PerAdd and PerDel count requests per call by "VERB resource[/subresource]",
 	// from kube-apiserver's apiserver_request_total, for the resources manifold
 	// touches (pods, NADs, events).
