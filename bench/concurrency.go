@@ -15,6 +15,10 @@ type concVerb struct {
 	Reference dist    `json:"reference"`
 	RatioP50  float64 `json:"ratio_p50"`
 	RatioP99  float64 `json:"ratio_p99"`
+	// Thick is thick mode (shim and daemon) in the same rounds.
+	Thick         dist    `json:"thick"`
+	ThickRatioP50 float64 `json:"thick_ratio_p50"`
+	ThickRatioP99 float64 `json:"thick_ratio_p99"`
 }
 
 // concResult is pods started (and stopped) all at once, as after a node reboot
@@ -30,10 +34,11 @@ type concResult struct {
 	// last finish), per arm.
 	RoundAddManifold  dist `json:"round_add_manifold"`
 	RoundAddReference dist `json:"round_add_reference"`
+	RoundAddThick     dist `json:"round_add_thick"`
 }
 
 // concurrency runs rounds of n simultaneous ADDs (then n simultaneous DELs),
-// alternating manifold and the direct reference by round.
+// with manifold, the direct reference and thick mode taking turns by round.
 func (b *bench) concurrency(n, rounds int, kind string, networks int) (*concResult, error) {
 	pods := make([]*podSpec, n)
 	netnss := make([]ns.NetNS, n)
@@ -49,11 +54,11 @@ func (b *bench) concurrency(n, rounds int, kind string, networks int) (*concResu
 	adds := map[string][]time.Duration{}
 	dels := map[string][]time.Duration{}
 	roundAdd := map[string][]time.Duration{}
-	arms := []string{armManifold, armDirect}
+	arms := []string{armManifold, armDirect, armThick}
 	// Round -1 is a warm-up.
 	for round := -1; round < rounds; round++ {
 		for k := range arms {
-			arm := arms[(k+round+1)%2]
+			arm := arms[(k+round+1)%len(arms)]
 			sbs := make([]*sandbox, n)
 			for i := range sbs {
 				sbs[i] = b.newSandbox(pods[i], netnss[i].Path())
@@ -78,6 +83,7 @@ func (b *bench) concurrency(n, rounds int, kind string, networks int) (*concResu
 	r := &concResult{Pods: n, Rounds: rounds, Delegates: kind, Networks: networks,
 		RoundAddManifold:  summarize(roundAdd[armManifold]),
 		RoundAddReference: summarize(roundAdd[armDirect]),
+		RoundAddThick:     summarize(roundAdd[armThick]),
 	}
 	for _, v := range []struct {
 		out *concVerb
@@ -86,6 +92,9 @@ func (b *bench) concurrency(n, rounds int, kind string, networks int) (*concResu
 		v.out.Manifold, v.out.Reference = summarize(v.in[armManifold]), summarize(v.in[armDirect])
 		v.out.RatioP50 = ratio(v.out.Manifold.P50, v.out.Reference.P50)
 		v.out.RatioP99 = ratio(v.out.Manifold.P99, v.out.Reference.P99)
+		v.out.Thick = summarize(v.in[armThick])
+		v.out.ThickRatioP50 = ratio(v.out.Thick.P50, v.out.Reference.P50)
+		v.out.ThickRatioP99 = ratio(v.out.Thick.P99, v.out.Reference.P99)
 	}
 	return r, nil
 }

@@ -165,7 +165,9 @@ func (r *results) printTable(w io.Writer) {
 		fmt.Fprintf(w, "\nConcurrency: %d pods at once (%s, %d nets), %d rounds, ms p50 / p99\n", c.Pods, c.Delegates, c.Networks, c.Rounds)
 		fmt.Fprintf(w, "  ADD manifold %s, direct %s, ratio p50 %.3f×, p99 %.3f×\n", pp(c.Add.Manifold), pp(c.Add.Reference), c.Add.RatioP50, c.Add.RatioP99)
 		fmt.Fprintf(w, "  DEL manifold %s, direct %s, ratio p50 %.3f×, p99 %.3f×\n", pp(c.Del.Manifold), pp(c.Del.Reference), c.Del.RatioP50, c.Del.RatioP99)
-		fmt.Fprintf(w, "  whole round of ADDs: manifold %.0f ms, direct %.0f ms (p50)\n", c.RoundAddManifold.P50, c.RoundAddReference.P50)
+		fmt.Fprintf(w, "  ADD thick %s, ratio p50 %.3f×, p99 %.3f×\n", pp(c.Add.Thick), c.Add.ThickRatioP50, c.Add.ThickRatioP99)
+		fmt.Fprintf(w, "  DEL thick %s, ratio p50 %.3f×, p99 %.3f×\n", pp(c.Del.Thick), c.Del.ThickRatioP50, c.Del.ThickRatioP99)
+		fmt.Fprintf(w, "  whole round of ADDs: manifold %.0f ms, direct %.0f ms, thick %.0f ms (p50)\n", c.RoundAddManifold.P50, c.RoundAddReference.P50, c.RoundAddThick.P50)
 	}
 
 	if s := r.Scale; s != nil {
