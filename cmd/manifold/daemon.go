@@ -39,13 +39,13 @@ func runDaemon(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	ln, err := listenSocket(*socket)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ln, err := takeSocket(ctx, log, *socket)
 	if err != nil {
 		log.Error("daemon failed to start", "error", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	log.Info("daemon listening", "socket", *socket, "version", Version)
 	d := newDaemon(log)
 	err = d.serve(ctx, ln)
@@ -76,6 +76,30 @@ func newDaemon(log *slog.Logger) *daemon {
 	return &daemon{plugin: p, log: log, apis: apis}
 }
 
+// errSocketBusy is listenSocket's answer when a live daemon holds the socket.
+var errSocketBusy = errors.New("another daemon is answering there")
+
+// takeSocket listens on path. While another daemon answers there (the old pod
+// of a rolling update that starts the new pod first), it waits for it to stop:
+// the old daemon finishes its calls, and until the new one listens the shims
+// run the binary.
+func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixListener, error) {
+	for logged := false; ; logged = true {
+		ln, err := listenSocket(path)
+		if !errors.Is(err, errSocketBusy) {
+			return ln, err
+		}
+		if !logged {
+			log.Info("another daemon holds the socket; waiting for it to stop", "socket", path)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("listen on %s: stopped while %w", path, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // listenSocket listens on path, in a directory only root can enter. A socket
 // file left by a daemon that is gone is replaced; one that a live daemon
 // answers on is not.
@@ -85,7 +109,7 @@ func listenSocket(path string) (*net.UnixListener, error) {
 	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("listen on %s: another daemon is answering there", path)
+		return nil, fmt.Errorf("listen on %s: %w", path, errSocketBusy)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)

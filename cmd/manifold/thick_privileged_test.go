@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,4 +255,81 @@ func TestThickConcurrentPods(t *testing.T) {
 	if d.Exited() {
 		t.Error("the daemon exited during the test")
 	}
+}
+
+// TestDaemonHandOver is a rolling update that starts the new daemon before the
+// old one stops: the new one waits for the socket, and once the old one has
+// stopped on SIGTERM, it serves the calls (the bin dir has no manifold binary,
+// so only a daemon can serve them).
+func TestDaemonHandOver(t *testing.T) {
+	n := newThickNode(t, false)
+	old := testenv.StartDaemon(t, testenv.Manifold(t))
+	next := exec.Command(testenv.Manifold(t), "daemon", "--socket", old.Socket)
+	nextLog := &lockedBuffer{}
+	next.Stderr = nextLog
+	if err := next.Start(); err != nil {
+		t.Fatal(err)
+	}
+	nextDone := make(chan error, 1)
+	go func() { nextDone <- next.Wait() }()
+	t.Cleanup(func() {
+		next.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-nextDone:
+		case <-time.After(20 * time.Second):
+			next.Process.Kill()
+		}
+	})
+	waitLog := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(nextLog.String(), want); time.Sleep(20 * time.Millisecond) {
+			select {
+			case err := <-nextDone:
+				t.Fatalf("the new daemon exited (%v) before %q:\n%s", err, want, nextLog.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the new daemon did not log %q within 20s:\n%s", want, nextLog.String())
+			}
+		}
+	}
+	waitLog("waiting for it to stop")
+
+	ctx := context.Background()
+	conf := testenv.Conf(t, n.thickConf(t, old.Socket, n.bridgeConf("1.0.0", "10.208.0.0/24")))
+	for i, stopOld := range []bool{false, true} {
+		if stopOld {
+			old.Stop(t)
+			waitLog("daemon listening")
+		}
+		pod, netns := newPod(t)
+		if _, err := n.rt.Add(ctx, conf, pod); err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+		if got := countLinks(netns); got != 1 {
+			t.Errorf("ADD %d: %d links in the pod, want 1", i, got)
+		}
+		if err := n.rt.Del(ctx, conf, pod); err != nil {
+			t.Fatalf("DEL %d: %v", i, err)
+		}
+	}
+	assertClean(t, n, "hand-over")
+}
+
+// lockedBuffer is a bytes.Buffer that a process writes while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
