@@ -13,9 +13,13 @@ import (
 // primary's file on the host. It takes the primary's cniVersion, a version
 // this node's runtime is known to accept, so the runtime sees results in the
 // same version as it did without manifold; and the primary's capabilities.
+//
+// In thick mode the plugin is manifold-shim with the daemon's socket; every
+// other key stays the same, because the daemon, and the manifold binary that
+// the shim falls back to, read the config exactly as the thin plugin does.
 func GenerateConfig(p *Primary, o *Options) ([]byte, error) {
 	plugin := map[string]any{
-		"type":           "manifold",
+		"type":           o.pluginType(),
 		"clusterNetwork": filepath.Join(o.HostCNIConfDir, p.Name),
 		"kubeconfig":     filepath.Join(o.hostCredDir(), kubeconfigName),
 		"binDir":         o.HostCNIBinDir,
@@ -24,6 +28,7 @@ func GenerateConfig(p *Primary, o *Options) ([]byte, error) {
 		plugin["capabilities"] = p.Capabilities
 	}
 	for key, v := range map[string]string{
+		"daemonSocket":           o.DaemonSocket,
 		"cniDir":                 o.CNIDir,
 		"logLevel":               o.LogLevel,
 		"logFile":                o.LogFile,

@@ -48,9 +48,10 @@ func TestFindPrimary(t *testing.T) {
 		{
 			name: "meta-plugin configs are skipped by content",
 			files: map[string]string{
-				"00-multus.conf":  `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus"}`,
-				"01-old.conflist": `{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"manifold"}]}`,
-				"10-bridge.conf":  bridgeConf,
+				"00-multus.conf":    `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus"}`,
+				"01-old.conflist":   `{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"manifold"}]}`,
+				"02-thick.conflist": `{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"manifold-shim","daemonSocket":"/run/m.sock"}]}`,
+				"10-bridge.conf":    bridgeConf,
 			},
 			want: "10-bridge.conf",
 		},
@@ -166,6 +167,60 @@ func TestGenerateConfigFromConf(t *testing.T) {
 	}
 }
 
+// TestGenerateConfigThick: with --daemon-socket the plugin is manifold-shim
+// with the socket, every other key as in thin mode, and the shim is installed
+// by default.
+func TestGenerateConfigThick(t *testing.T) {
+	o, err := ParseFlags("test", []string{"--daemon-socket=/run/manifold/manifold.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ShimBinary != DefaultShimBinary || o.Binary != DefaultOptions().Binary {
+		t.Errorf("thick mode installs %q and %q, want the shim at %s and manifold, its fallback, at %s",
+			o.ShimBinary, o.Binary, DefaultShimBinary, DefaultOptions().Binary)
+	}
+	_, plugin := generate(t, o, "10-bridge.conf", bridgeConf)
+	wantPlugin := map[string]any{
+		"type":           "manifold-shim",
+		"daemonSocket":   "/run/manifold/manifold.sock",
+		"name":           DefaultNetworkName,
+		"cniVersion":     "0.4.0",
+		"capabilities":   map[string]any{"portMappings": true},
+		"clusterNetwork": filepath.Join(o.HostCNIConfDir, "10-bridge.conf"),
+		"kubeconfig":     filepath.Join(o.HostCNIConfDir, "manifold.d", "manifold.kubeconfig"),
+		"cniDir":         "/var/lib/cni/manifold",
+		"binDir":         "/opt/cni/bin",
+		"logLevel":       "error",
+	}
+	if !reflect.DeepEqual(plugin, wantPlugin) {
+		t.Errorf("plugin\n got %v\nwant %v", plugin, wantPlugin)
+	}
+}
+
+// TestShimBinaryFlag: the shim is installed by default in thick mode only,
+// and --shim-binary overrides that either way.
+func TestShimBinaryFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--daemon-socket=/run/m.sock"}, DefaultShimBinary},
+		{[]string{"--daemon-socket=/run/m.sock", "--shim-binary="}, ""},
+		{[]string{"--shim-binary=/opt/shim", "--daemon-socket=/run/m.sock"}, "/opt/shim"},
+		{[]string{"--shim-binary=/opt/shim"}, "/opt/shim"},
+	} {
+		o, err := ParseFlags("test", tc.args)
+		if err != nil {
+			t.Errorf("ParseFlags(%q): %v", tc.args, err)
+			continue
+		}
+		if o.ShimBinary != tc.want {
+			t.Errorf("ParseFlags(%q): shim binary %q, want %q", tc.args, o.ShimBinary, tc.want)
+		}
+	}
+}
+
 func TestGenerateConfigFromConflist(t *testing.T) {
 	o := DefaultOptions()
 	version, plugin := generate(t, o, "10-calico.conflist", calicoConflist)
@@ -272,9 +327,24 @@ func TestParseFlagsRejects(t *testing.T) {
 		{"--cni-dir=relative/dir"},
 		{`--additional-config={"apiTimeout":"forever"}`},
 		{`--additional-config={"clusterNetwork":""}`},
+		{"--daemon-socket=run/manifold/manifold.sock"},
+		{"--daemon-socket=/run/" + strings.Repeat("m", 100) + ".sock"},
+		{`--additional-config={"daemonSocket":"/run/m.sock"}`},
+		{"--daemon-socket=/run/m.sock", `--additional-config={"daemonSocket":"/run/other.sock"}`},
+		{"--daemon-socket=/run/m.sock", `--additional-config={"type":"manifold"}`},
+		{`--additional-config={"type":"manifold-shim"}`},
 	} {
 		if _, err := ParseFlags("test", args); err == nil {
 			t.Errorf("ParseFlags(%q) succeeded, want an error", args)
+		}
+	}
+	// The type may be restated, as long as it is the mode's own.
+	for _, args := range [][]string{
+		{`--additional-config={"type":"manifold"}`},
+		{"--daemon-socket=/run/m.sock", `--additional-config={"type":"manifold-shim"}`},
+	} {
+		if _, err := ParseFlags("test", args); err != nil {
+			t.Errorf("ParseFlags(%q): %v", args, err)
 		}
 	}
 	o, err := ParseFlags("test", []string{"--config-file=/etc/custom/manifold.conf"})

@@ -3,11 +3,15 @@ package install
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
+	"flag"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/shimproto"
 )
 
 // manifestObjects decodes every document of deployments/<name> strictly (an
@@ -112,14 +119,153 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 // TestDaemonSet checks the DaemonSet against the installer it runs: its args
 // are valid flags, and the paths they name are the volumes it mounts.
 func TestDaemonSet(t *testing.T) {
-	objs := manifestObjects(t, "daemonset.yaml")
-	if len(objs["DaemonSet"]) != 1 {
-		t.Fatalf("want one DaemonSet, got %v", objs)
+	ds := daemonSet(t, "daemonset.yaml", "manifold")
+	spec := ds.Spec.Template.Spec
+	if len(spec.InitContainers) != 0 || len(spec.Containers) != 1 {
+		t.Fatalf("want a single container and no init containers, got %d and %d", len(spec.Containers), len(spec.InitContainers))
+	}
+	o := checkInstaller(t, ds, spec.Containers[0], "manifold-x7k2p")
+	if o.thick() || o.ShimBinary != "" {
+		t.Errorf("daemonset.yaml sets up thick mode (socket %q, shim %q); that is daemonset-thick.yaml's job", o.DaemonSocket, o.ShimBinary)
+	}
+}
+
+// TestDaemonSetThick checks daemonset-thick.yaml: its installer sets up thick
+// mode with the shim and its fallback, and its daemon container listens where
+// the config sends the shim and sees every host path of the config at the
+// same path, as the delegates it runs expect.
+func TestDaemonSetThick(t *testing.T) {
+	ds := daemonSet(t, "daemonset-thick.yaml", "manifold-thick")
+	spec := ds.Spec.Template.Spec
+	if len(spec.InitContainers) != 0 || len(spec.Containers) != 2 {
+		t.Fatalf("want the installer and the daemon and no init containers, got %d and %d", len(spec.Containers), len(spec.InitContainers))
+	}
+	containers := map[string]corev1.Container{}
+	for _, c := range spec.Containers {
+		containers[c.Name] = c
+	}
+	in, daemon := containers["install"], containers["daemon"]
+	if in.Name == "" || daemon.Name == "" {
+		t.Fatalf("want containers install and daemon, got %v", slices.Collect(maps.Keys(containers)))
+	}
+	const pod = "manifold-thick-x7k2p"
+	o := checkInstaller(t, ds, in, pod)
+	if !o.thick() {
+		t.Fatalf("installer args %q do not set up thick mode", in.Args)
+	}
+	// The shim falls back to the manifold binary next to it.
+	if o.ShimBinary != DefaultShimBinary || o.Binary == "" {
+		t.Errorf("installer copies shim %q and manifold %q; want the image's shim %s and manifold", o.ShimBinary, o.Binary, DefaultShimBinary)
+	}
+
+	if !spec.HostPID {
+		t.Error("hostPID is off: the daemon cannot open a netns named /proc/<pid>/ns/net")
+	}
+	if daemon.Image != in.Image {
+		t.Errorf("daemon image %q, installer image %q; want one image", daemon.Image, in.Image)
+	}
+	if sc := daemon.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("daemon security context %+v is not privileged", sc)
+	}
+	for _, c := range []corev1.Container{in, daemon} {
+		r := c.Resources
+		if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+			t.Errorf("container %s: resources %+v; want CPU and memory requests and a memory limit", c.Name, r)
+		}
+	}
+
+	// The daemon is `manifold daemon --socket S`, S being the config's socket.
+	cmd := expandArgs(t, daemon, pod)
+	if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
+		t.Fatalf("daemon command %q, want %s daemon", cmd, DefaultOptions().Binary)
+	}
+	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
+	socket := fs.String("socket", shimproto.DefaultSocket, "")
+	if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
+		t.Fatalf("daemon args %q: %v (stray: %q)", cmd[2:], err, fs.Args())
+	}
+	if *socket != o.DaemonSocket {
+		t.Errorf("the daemon listens on %s, the config sends the shim to %s", *socket, o.DaemonSocket)
+	}
+	// During a rollout with surge the old and the new pod's daemons run side
+	// by side, and a daemon does not start where another one answers.
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxSurge != nil && ru.MaxSurge.IntValue() > 0 {
+		if other := checkInstaller(t, ds, in, "manifold-thick-q9z4m"); other.DaemonSocket == o.DaemonSocket {
+			t.Errorf("every pod's daemon listens on %s: with maxSurge the new one cannot start while the old one runs", o.DaemonSocket)
+		}
+	}
+
+	// Every host path in the config that the daemon reads, at the same path.
+	data, err := GenerateConfig(&Primary{Name: "10-calico.conflist", CNIVersion: "1.0.0"}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, plugin, err := decodeConflist(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin["cniVersion"], plugin["name"] = "1.0.0", DefaultNetworkName
+	stdin, err := json.Marshal(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := netconf.ParseConfig(stdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	paths := []struct {
+		key, path string
+		write     bool
+	}{
+		{"binDir", cfg.BinDir, false},
+		{"cniDir", cfg.CNIDir, true},
+		{"confDir", cfg.ConfDir, false},
+		{"clusterNetwork", cfg.ClusterNetwork, false},
+		{"kubeconfig", cfg.Kubeconfig, false},
+		{"daemonSocket", filepath.Dir(o.DaemonSocket), true},
+		{"logFile", cfg.LogFile, true},
+		{"readinessindicatorfile", cfg.ReadinessIndicatorFile, false},
+		{"the netns dir", "/var/run/netns", false},
+	}
+	for _, p := range paths {
+		if p.path == "" {
+			continue // not set: nothing to mount
+		}
+		m, ok := mountFor(daemon, p.path)
+		v := volumes[m.Name]
+		switch {
+		case !ok:
+			t.Errorf("%s %s: the daemon does not mount it", p.key, p.path)
+		case v.HostPath == nil || v.HostPath.Path != m.MountPath:
+			t.Errorf("%s %s: mounted at %s from %+v; want the host's %s at the same path", p.key, p.path, m.MountPath, v.VolumeSource, m.MountPath)
+		case p.write && m.ReadOnly:
+			t.Errorf("%s %s: mounted read-only at %s, but the daemon writes there", p.key, p.path, m.MountPath)
+		}
+	}
+	// The runtime mounts each pod's netns after the daemon has started.
+	if m, _ := mountFor(daemon, "/var/run/netns"); m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+		t.Errorf("/var/run/netns is mounted with propagation %v; want HostToContainer", m.MountPropagation)
+	}
+}
+
+// daemonSet reads the single DaemonSet of deployments/<file>, named name, and
+// checks what every manifold DaemonSet needs on its nodes.
+func daemonSet(t *testing.T, file, name string) *appsv1.DaemonSet {
+	t.Helper()
+	objs := manifestObjects(t, file)
+	if len(objs["DaemonSet"]) != 1 || len(objs) != 1 {
+		t.Fatalf("want one DaemonSet and nothing else in %s, got %v", file, objs)
 	}
 	ds := objs["DaemonSet"][0].(*appsv1.DaemonSet)
 	spec := ds.Spec.Template.Spec
 	sa := manifestObjects(t, "rbac.yaml")["ServiceAccount"][0].(*corev1.ServiceAccount)
-
+	if ds.Name != name {
+		t.Errorf("%s: DaemonSet %q, want %q", file, ds.Name, name)
+	}
 	if !spec.HostNetwork || spec.PriorityClassName != "system-node-critical" || spec.ServiceAccountName != sa.Name || ds.Namespace != sa.Namespace {
 		t.Errorf("hostNetwork %v, priorityClassName %q, serviceAccount %s/%s; want true, system-node-critical, %s/%s",
 			spec.HostNetwork, spec.PriorityClassName, ds.Namespace, spec.ServiceAccountName, sa.Namespace, sa.Name)
@@ -129,16 +275,26 @@ func TestDaemonSet(t *testing.T) {
 	}) {
 		t.Errorf("tolerations %+v do not tolerate every taint", spec.Tolerations)
 	}
-	if len(spec.InitContainers) != 0 || len(spec.Containers) != 1 {
-		t.Fatalf("want a single container and no init containers, got %d and %d", len(spec.Containers), len(spec.InitContainers))
-	}
-	c := spec.Containers[0]
+	return ds
+}
+
+// checkInstaller checks the installer container c of ds as it runs in the pod
+// named pod: its args are valid flags, the paths they name are the volumes it
+// mounts, and the rollout fits --cleanup-config-on-exit. It returns the
+// parsed flags.
+func checkInstaller(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, pod string) *Options {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
 	if c.Image != "ghcr.io/manifold-cni/manifold:latest" {
 		t.Errorf("image %q", c.Image)
 	}
-	o, err := ParseFlags("daemonset", c.Args)
+	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "manifold-install" {
+		t.Fatalf("command %q does not run the installer", c.Command)
+	}
+	args := expandArgs(t, c, pod)
+	o, err := ParseFlags("daemonset", args[1:])
 	if err != nil {
-		t.Fatalf("DaemonSet args %q: %v", c.Args, err)
+		t.Fatalf("DaemonSet args %q: %v", args[1:], err)
 	}
 
 	// With cleanup on exit, an upgrade must start the new installer before the
@@ -187,24 +343,88 @@ func TestDaemonSet(t *testing.T) {
 	if !token || !ca {
 		t.Errorf("projected sources %+v: want a 3600s token at %s and kube-root-ca.crt at %s", v.Projected.Sources, o.TokenFile, o.CAFile)
 	}
-	if !strings.Contains(strings.Join(c.Command, " "), "manifold-install") {
-		t.Errorf("command %q does not run the installer", c.Command)
-	}
+	return o
 }
 
-// TestDockerfileBuildsBothBinaries guards the paths the DaemonSet relies on.
-func TestDockerfileBuildsBothBinaries(t *testing.T) {
+// expandArgs is c's command and args as the kubelet runs them in the pod
+// named pod: $(VAR) is replaced by the container's variable VAR, and $$ is a
+// literal $. A reference to a variable that c does not define fails the test,
+// where the kubelet would pass it on as it is.
+func expandArgs(t *testing.T, c corev1.Container, pod string) []string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = pod
+		default:
+			t.Fatalf("container %s: variable %s has a source this test does not know: %+v", c.Name, e.Name, e.ValueFrom)
+		}
+	}
+	ref := regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+	var out []string
+	for _, a := range append(slices.Clone(c.Command), c.Args...) {
+		out = append(out, ref.ReplaceAllStringFunc(a, func(m string) string {
+			if m == "$$" {
+				return "$"
+			}
+			name := m[2 : len(m)-1]
+			v, ok := env[name]
+			if !ok {
+				t.Errorf("container %s: %q names $(%s), which it does not define", c.Name, a, name)
+			}
+			return v
+		}))
+	}
+	return out
+}
+
+// mountFor is c's mount that holds path: the one with the longest mount path
+// that path is on.
+func mountFor(c corev1.Container, path string) (corev1.VolumeMount, bool) {
+	var best corev1.VolumeMount
+	found := false
+	for _, m := range c.VolumeMounts {
+		rel, err := filepath.Rel(m.MountPath, path)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue
+		}
+		if !found || len(m.MountPath) > len(best.MountPath) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// TestDockerfileBuildsAllBinaries guards the paths the DaemonSets rely on.
+func TestDockerfileBuildsAllBinaries(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "deployments", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(data)
-	for _, want := range []string{"./cmd/manifold ", "./cmd/manifold-install", "CGO_ENABLED=0", "distroless/static", "/usr/local/bin/"} {
+	for _, want := range []string{"./cmd/manifold ", "./cmd/manifold-install", "./cmd/manifold-shim", "CGO_ENABLED=0", "distroless/static", "/usr/local/bin/"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
 	}
+	// Each binary built into /out must be copied into the image, where the
+	// DaemonSets and the installer's defaults expect it.
+	copyLine := regexp.MustCompile(`(?m)^COPY --from=build (.*) /usr/local/bin/$`).FindStringSubmatch(s)
+	if copyLine == nil {
+		t.Fatal("Dockerfile has no COPY --from=build ... /usr/local/bin/ line")
+	}
+	for _, bin := range []string{"manifold", "manifold-install", "manifold-shim"} {
+		if !slices.Contains(strings.Fields(copyLine[1]), "/out/"+bin) || !strings.Contains(s, "-o /out/"+bin+" ") {
+			t.Errorf("Dockerfile does not build /out/%s and copy it to /usr/local/bin/", bin)
+		}
+	}
 	if DefaultOptions().Binary != "/usr/local/bin/manifold" {
 		t.Errorf("default --binary %q is not where the Dockerfile puts it", DefaultOptions().Binary)
+	}
+	if DefaultShimBinary != "/usr/local/bin/manifold-shim" {
+		t.Errorf("default --shim-binary %q is not where the Dockerfile puts it", DefaultShimBinary)
 	}
 }

@@ -1,7 +1,8 @@
 // Package install is the node installer that the manifold DaemonSet runs: it
-// copies the manifold binary into the host's CNI bin dir, writes manifold's CNI
-// config in front of the node's own (primary) config, keeps the plugin's
-// kubeconfig credentials fresh, and follows changes to the primary config.
+// copies the manifold binary (and, in thick mode, manifold-shim) into the
+// host's CNI bin dir, writes manifold's CNI config in front of the node's own
+// (primary) config, keeps the plugin's kubeconfig credentials fresh, and
+// follows changes to the primary config.
 package install
 
 import (
@@ -10,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,6 +28,8 @@ type Options struct {
 	HostCNIConfDir string // the CNI conf dir as the host sees it
 
 	Binary              string        // the manifold binary to install; empty skips the copy
+	ShimBinary          string        // the manifold-shim binary to install; empty skips the copy (ParseFlags defaults it in thick mode)
+	DaemonSocket        string        // the node daemon's socket as the host sees it; set, it selects thick mode
 	ConfigFile          string        // a user-supplied config, copied as is; empty generates one
 	ConfigName          string        // file name of the config written into CNIConfDir
 	NetworkName         string        // "name" of the generated conflist
@@ -58,12 +62,24 @@ type Options struct {
 const (
 	DefaultConfigName  = "00-manifold.conflist"
 	DefaultNetworkName = "manifold-cni-network"
+	// DefaultShimBinary is where the image puts manifold-shim. It is the
+	// default of --shim-binary in thick mode only: a thin-mode node has no
+	// use for the shim.
+	DefaultShimBinary = "/usr/local/bin/manifold-shim"
 	// credDirName is the directory under the conf dir that holds the plugin's
 	// kubeconfig, token and CA. Runtimes do not descend into subdirectories.
 	credDirName    = "manifold.d"
 	kubeconfigName = "manifold.kubeconfig"
 	tokenName      = "token"
 	caName         = "ca.crt"
+	// The names the binaries get in the CNI bin dir. A config's "type" is the
+	// file name the runtime runs, and the shim looks for its fallback under
+	// binaryName next to itself.
+	binaryName     = "manifold"
+	shimBinaryName = "manifold-shim"
+	// maxSocketPath is the longest unix socket path Linux accepts: sun_path
+	// is 108 bytes, and the path is NUL-terminated.
+	maxSocketPath = 107
 )
 
 // DefaultOptions returns the options that fit deployments/daemonset.yaml.
@@ -96,6 +112,13 @@ func ParseFlags(name string, args []string) (*Options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	// The shim is installed by default in thick mode only, and an explicit
+	// --shim-binary= (empty) still turns the copy off there.
+	shimSet := false
+	fs.Visit(func(f *flag.Flag) { shimSet = shimSet || f.Name == "shim-binary" })
+	if o.thick() && !shimSet {
+		o.ShimBinary = DefaultShimBinary
+	}
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -108,6 +131,8 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.HostCNIBinDir, "host-cni-bin-dir", o.HostCNIBinDir, "the CNI bin dir as the host sees it (manifold's binDir)")
 	fs.StringVar(&o.HostCNIConfDir, "host-cni-conf-dir", o.HostCNIConfDir, "the CNI conf dir as the host sees it (for paths written into the config)")
 	fs.StringVar(&o.Binary, "binary", o.Binary, "the manifold binary to copy into the CNI bin dir; empty skips the copy")
+	fs.StringVar(&o.ShimBinary, "shim-binary", o.ShimBinary, "the manifold-shim binary to copy into the CNI bin dir; empty skips the copy (default "+DefaultShimBinary+" with --daemon-socket, else empty)")
+	fs.StringVar(&o.DaemonSocket, "daemon-socket", o.DaemonSocket, "thick mode: the manifold daemon's unix socket as the host sees it; the config then runs manifold-shim, which calls the daemon there")
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "install this CNI config as is instead of generating one")
 	fs.StringVar(&o.ConfigName, "config-name", o.ConfigName, "file name of manifold's config in the conf dir; must sort before the primary config")
 	fs.StringVar(&o.NetworkName, "network-name", o.NetworkName, "\"name\" of the generated conflist")
@@ -163,6 +188,16 @@ func (o *Options) validate() error {
 		// the file's extension.
 		return fmt.Errorf("flag --config-name %q must end in .conflist for a generated config", o.ConfigName)
 	}
+	if o.thick() {
+		// The shim refuses a relative path, and Linux one that does not fit
+		// in sun_path: either way every pod would go to the fallback binary.
+		if !filepath.IsAbs(o.DaemonSocket) {
+			return fmt.Errorf("flag --daemon-socket %q must be an absolute path", o.DaemonSocket)
+		}
+		if len(o.DaemonSocket) > maxSocketPath {
+			return fmt.Errorf("flag --daemon-socket %q is longer than the %d bytes a unix socket path may have", o.DaemonSocket, maxSocketPath)
+		}
+	}
 	if o.PollInterval <= 0 {
 		return fmt.Errorf("flag --poll-interval %s must be positive", o.PollInterval)
 	}
@@ -189,10 +224,28 @@ func (o *Options) additional() (map[string]json.RawMessage, error) {
 	if err := json.Unmarshal([]byte(o.AdditionalConfig), &m); err != nil || m == nil {
 		return nil, fmt.Errorf("flag --additional-config must be a JSON object: %q", o.AdditionalConfig)
 	}
-	if t, ok := m["type"]; ok && string(t) != `"manifold"` {
-		return nil, fmt.Errorf("flag --additional-config must not change \"type\" (got %s)", t)
+	if t, ok := m["type"]; ok && string(t) != strconv.Quote(o.pluginType()) {
+		return nil, fmt.Errorf("flag --additional-config must not change \"type\" (got %s); --daemon-socket chooses between manifold and manifold-shim", t)
+	}
+	// The socket decides the type, so it is set by the flag only: a socket
+	// here would be ignored in thin mode and would bypass the flag's checks
+	// in thick mode.
+	if _, ok := m["daemonSocket"]; ok {
+		return nil, errors.New("flag --additional-config must not set \"daemonSocket\"; use --daemon-socket")
 	}
 	return m, nil
+}
+
+// thick reports whether the installer sets up thick mode: the runtime calls
+// manifold-shim, which passes the call to the node daemon.
+func (o *Options) thick() bool { return o.DaemonSocket != "" }
+
+// pluginType is the generated config's "type": the binary the runtime runs.
+func (o *Options) pluginType() string {
+	if o.thick() {
+		return shimBinaryName
+	}
+	return binaryName
 }
 
 // outputName is the file name of our config in the conf dir. A user-supplied

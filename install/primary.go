@@ -27,10 +27,10 @@ type Primary struct {
 }
 
 // metaPluginTypes are plugins that must never be wrapped as the default
-// network: manifold itself (a config from an earlier install under another
-// name) and Multus (a node being migrated), which would nest one meta-plugin
-// in another.
-var metaPluginTypes = map[string]bool{"manifold": true, "multus": true, "multus-shim": true}
+// network: manifold itself, thin or thick (a config from an earlier install
+// under another name), and Multus (a node being migrated), which would nest
+// one meta-plugin in another.
+var metaPluginTypes = map[string]bool{binaryName: true, shimBinaryName: true, "multus": true, "multus-shim": true}
 
 // FindPrimary returns the alphabetically first .conf, .conflist or .json file
 // in dir that is not manifold's own: the same order the runtime (libcni) uses.

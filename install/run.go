@@ -54,7 +54,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) 
 	}
 	defer locks.release()
 	in := &installer{o: o, log: log, server: server, locks: locks}
-	if err := in.installBinary(); err != nil {
+	if err := in.installBinaries(); err != nil {
 		return err
 	}
 	// Credentials first and fatal: the config that names the kubeconfig must
@@ -101,25 +101,41 @@ func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) 
 	}
 }
 
-// installBinary copies the manifold binary into the host's CNI bin dir, under
-// the name the config's "type" refers to.
-func (in *installer) installBinary() error {
-	if in.o.Binary == "" {
+// installBinaries copies the manifold binary, and the shim when one is given
+// (by default in thick mode), into the host's CNI bin dir, under the names the
+// config's "type" refers to. manifold goes first, because it is the shim's
+// fallback, and both go before the config that names them.
+//
+// Neither is removed on exit, whatever --cleanup-config-on-exit says: removing
+// the config is what takes manifold out of the node's path, and the binaries
+// are removed by hand once the node's pods no longer need them (docs/install.md,
+// Uninstall).
+func (in *installer) installBinaries() error {
+	if err := in.installBinary(in.o.Binary, binaryName); err != nil {
+		return err
+	}
+	return in.installBinary(in.o.ShimBinary, shimBinaryName)
+}
+
+// installBinary copies src to <CNIBinDir>/name atomically, so a runtime that is
+// running the old one keeps running it. An empty src skips the copy.
+func (in *installer) installBinary(src, name string) error {
+	if src == "" {
 		return nil
 	}
-	dst := filepath.Join(in.o.CNIBinDir, "manifold")
-	same, err := sameFile(in.o.Binary, dst)
+	dst := filepath.Join(in.o.CNIBinDir, name)
+	same, err := sameFile(src, dst)
 	if err != nil {
-		return fmt.Errorf("compare %s with %s: %w", in.o.Binary, dst, err)
+		return fmt.Errorf("compare %s with %s: %w", src, dst, err)
 	}
 	if same {
-		in.log.Info("manifold binary is up to date", "path", dst)
+		in.log.Info(name+" binary is up to date", "path", dst)
 		return nil
 	}
-	if err := CopyFileAtomic(in.o.Binary, dst, 0o755); err != nil {
-		return fmt.Errorf("install manifold binary: %w", err)
+	if err := CopyFileAtomic(src, dst, 0o755); err != nil {
+		return fmt.Errorf("install %s binary: %w", name, err)
 	}
-	in.log.Info("installed manifold binary", "path", dst)
+	in.log.Info("installed "+name+" binary", "path", dst)
 	return nil
 }
 

@@ -172,6 +172,124 @@ func TestRunInstallsBinary(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Fatalf("binary mode %v, %v; want 0755", st.Mode().Perm(), err)
 	}
+	// Thin mode has no use for the shim.
+	if _, err := os.Stat(filepath.Join(n.o.CNIBinDir, "manifold-shim")); !os.IsNotExist(err) {
+		t.Errorf("manifold-shim in thin mode: %v", err)
+	}
+}
+
+// TestRunThick installs in thick mode: manifold and manifold-shim are both
+// copied (an old shim replaced) before the config names the shim, and
+// stopping with cleanup removes the config but, as for manifold, leaves the
+// binaries.
+func TestRunThick(t *testing.T) {
+	n := newTestNode(t, true)
+	n.o.CleanupConfigOnExit = true
+	n.o.DaemonSocket = "/run/manifold/manifold.sock"
+	binaries := map[string]string{"manifold": "#!/bin/sh\necho manifold\n", "manifold-shim": "#!/bin/sh\necho shim\n"}
+	for name, data := range binaries {
+		src := filepath.Join(n.root, "image-"+name)
+		if err := os.WriteFile(src, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if name == "manifold-shim" {
+			n.o.ShimBinary = src
+		} else {
+			n.o.Binary = src
+		}
+	}
+	if err := os.WriteFile(filepath.Join(n.o.CNIBinDir, "manifold-shim"), []byte("old shim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.writeConf(t, "10-bridge.conf", bridgeConf)
+	cancel, done := n.start(t)
+	n.wantClusterNetwork(t, "10-bridge.conf", "0.4.0")
+	_, p, err := n.plugin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p["type"] != "manifold-shim" || p["daemonSocket"] != "/run/manifold/manifold.sock" {
+		t.Errorf("type %v, daemonSocket %v; want manifold-shim and /run/manifold/manifold.sock", p["type"], p["daemonSocket"])
+	}
+	checkBinaries := func() {
+		t.Helper()
+		for name, data := range binaries {
+			dst := filepath.Join(n.o.CNIBinDir, name)
+			if err := fileIs(dst, data); err != nil {
+				t.Error(err)
+			}
+			if st, err := os.Stat(dst); err != nil || st.Mode().Perm() != 0o755 {
+				t.Errorf("%s: mode %v, %v; want 0755", dst, st.Mode().Perm(), err)
+			}
+		}
+	}
+	checkBinaries()
+	assertNoTempFiles(t, n.o.CNIBinDir)
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v on stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop within 30s")
+	}
+	if _, err := os.Stat(n.confOut); !os.IsNotExist(err) {
+		t.Errorf("config after a stop with cleanup: %v, want it removed", err)
+	}
+	checkBinaries()
+}
+
+// TestRunSwitchToThick: daemonset-thick.yaml is applied while the thin
+// DaemonSet runs, then the thin one is deleted. The thick installer waits,
+// the thin one leaves the config in place on its way out, and the thick one
+// turns it into a thick config, so the node never runs without manifold.
+func TestRunSwitchToThick(t *testing.T) {
+	thin := newTestNode(t, true)
+	thin.o.CleanupConfigOnExit = true
+	thin.writeConf(t, "10-bridge.conf", bridgeConf)
+	stopThin, thinDone := thin.start(t)
+	thin.wantClusterNetwork(t, "10-bridge.conf", "0.4.0")
+
+	thick := *thin
+	o := *thin.o
+	thick.o, thick.logs = &o, &syncBuffer{}
+	thick.o.DaemonSocket = "/run/manifold/manifold-thick-x7k2p.sock"
+	stopThick, thickDone := thick.start(t)
+	eventually(t, "the thick installer waits", func() error { return logHas(thick.logs, "waiting for it to stop") })
+
+	stopThin()
+	select {
+	case err := <-thinDone:
+		if err != nil {
+			t.Fatalf("thin Run returned %v on stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("thin Run did not stop within 30s")
+	}
+	if _, err := os.Stat(thin.confOut); err != nil {
+		t.Fatalf("the thin installer removed the config while the thick one runs: %v", err)
+	}
+	eventually(t, "the config turns thick", func() error {
+		_, p, err := thick.plugin()
+		if err != nil {
+			return err
+		}
+		if p["type"] != "manifold-shim" || p["daemonSocket"] != thick.o.DaemonSocket {
+			return fmt.Errorf("type %v, daemonSocket %v", p["type"], p["daemonSocket"])
+		}
+		return nil
+	})
+	stopThick()
+	select {
+	case err := <-thickDone:
+		if err != nil {
+			t.Fatalf("thick Run returned %v on stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("thick Run did not stop within 30s")
+	}
 }
 
 func TestRunCleanupOnExit(t *testing.T) {

@@ -17,14 +17,17 @@ import (
 // TestSIGTERM builds the installer, runs it against temp dirs that stand in
 // for the host, and stops it with SIGTERM as the kubelet does. With
 // --cleanup-config-on-exit the config is gone afterwards; without it, it stays.
+// In thick mode (--daemon-socket) the shim is installed too, and the config
+// names it; the binaries stay after a stop either way.
 func TestSIGTERM(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "manifold-install")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build installer: %v\n%s", err, out)
 	}
-	for _, cleanup := range []bool{true, false} {
-		t.Run(fmt.Sprintf("cleanup=%v", cleanup), func(t *testing.T) {
+	for _, tc := range []struct{ cleanup, thick bool }{{true, false}, {false, false}, {true, true}} {
+		cleanup := tc.cleanup
+		t.Run(fmt.Sprintf("cleanup=%v,thick=%v", cleanup, tc.thick), func(t *testing.T) {
 			root := t.TempDir()
 			confDir := filepath.Join(root, "host/etc/cni/net.d")
 			binDir := filepath.Join(root, "host/opt/cni/bin")
@@ -42,6 +45,7 @@ func TestSIGTERM(t *testing.T) {
 			write(filepath.Join(saDir, "token"), "token-1")
 			write(filepath.Join(saDir, "ca.crt"), "ca-1")
 			write(filepath.Join(root, "manifold"), "plugin binary")
+			write(filepath.Join(root, "manifold-shim"), "shim binary")
 			primary := `{"cniVersion":"1.0.0","name":"podnet","plugins":[{"type":"bridge"}]}`
 			write(filepath.Join(confDir, "10-bridge.conflist"), primary)
 
@@ -53,6 +57,12 @@ func TestSIGTERM(t *testing.T) {
 				"--ca-file="+filepath.Join(saDir, "ca.crt"),
 				fmt.Sprintf("--cleanup-config-on-exit=%v", cleanup),
 			)
+			// Thin mode copies no shim: the bin dir must hold manifold alone.
+			wantType, binaries := `"type": "manifold"`, map[string]string{"manifold": "plugin binary"}
+			if tc.thick {
+				cmd.Args = append(cmd.Args, "--daemon-socket=/run/manifold/manifold.sock", "--shim-binary="+filepath.Join(root, "manifold-shim"))
+				wantType, binaries["manifold-shim"] = `"type": "manifold-shim"`, "shim binary"
+			}
 			cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443")
 			stderr := &syncBuffer{}
 			cmd.Stderr = stderr
@@ -77,6 +87,9 @@ func TestSIGTERM(t *testing.T) {
 			for {
 				data, err := os.ReadFile(conf)
 				if err == nil && strings.Contains(string(data), `"clusterNetwork": "/etc/cni/net.d/10-bridge.conflist"`) {
+					if !strings.Contains(string(data), wantType) {
+						t.Fatalf("config without %s:\n%s", wantType, data)
+					}
 					break
 				}
 				if time.Now().After(deadline) {
@@ -84,9 +97,19 @@ func TestSIGTERM(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if got, err := os.ReadFile(filepath.Join(binDir, "manifold")); err != nil || string(got) != "plugin binary" {
-				t.Fatalf("binary not installed: %q, %v", got, err)
+			checkBinaries := func() {
+				t.Helper()
+				entries, err := os.ReadDir(binDir)
+				if err != nil || len(entries) != len(binaries) {
+					t.Fatalf("bin dir holds %v (%v), want exactly %v", entries, err, binaries)
+				}
+				for name, want := range binaries {
+					if got, err := os.ReadFile(filepath.Join(binDir, name)); err != nil || string(got) != want {
+						t.Fatalf("%s not installed: %q, %v", name, got, err)
+					}
+				}
 			}
+			checkBinaries()
 
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
@@ -104,6 +127,7 @@ func TestSIGTERM(t *testing.T) {
 			if gone := errors.Is(err, os.ErrNotExist); gone != cleanup {
 				t.Fatalf("config gone = %v (%v), want %v", gone, err, cleanup)
 			}
+			checkBinaries()
 			// Only our config is ever removed.
 			if got, err := os.ReadFile(filepath.Join(confDir, "10-bridge.conflist")); err != nil || string(got) != primary {
 				t.Fatalf("primary config changed: %q, %v", got, err)
