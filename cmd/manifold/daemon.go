@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifold-cni/manifold/delegate"
 	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
@@ -35,8 +36,15 @@ const apiClientMaxAge = time.Minute
 func runDaemon(args []string) int {
 	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
 	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on")
+	hostRoot := fs.String("host-root", "", "the host's root filesystem as mounted in the daemon's container; delegates run chrooted into it")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *hostRoot != "" {
+		if fi, err := os.Stat(*hostRoot); err != nil || !fi.IsDir() || !filepath.IsAbs(*hostRoot) {
+			fmt.Fprintf(os.Stderr, "manifold daemon: --host-root %q must be an absolute path to a directory (%v)\n", *hostRoot, err)
+			return 2
+		}
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -46,8 +54,11 @@ func runDaemon(args []string) int {
 		log.Error("daemon failed to start", "error", err)
 		return 1
 	}
-	log.Info("daemon listening", "socket", *socket, "version", Version)
+	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "version", Version)
 	d := newDaemon(log)
+	if *hostRoot != "" {
+		d.plugin.exec = &delegate.ChrootExec{Root: *hostRoot}
+	}
 	err = d.serve(ctx, ln)
 	d.plugin.reports.drain()
 	if err != nil {

@@ -90,10 +90,18 @@ func assertAttached(t *testing.T, n *node, netns ns.NetNS, subnet string) {
 }
 
 // TestThickAddDel: ADD, CHECK and DEL of a pod with three real delegates, served
-// by the daemon (the bin dir has no manifold binary to fall back to).
+// by the daemon (the bin dir has no manifold binary to fall back to); also with
+// --host-root, here the machine's own /, so that the whole flow runs through
+// the chrooted exec (TestChrootExec shows that the chroot applies).
 func TestThickAddDel(t *testing.T) {
+	for _, flags := range [][]string{nil, {"--host-root", "/"}} {
+		t.Run(strings.Join(append([]string{"daemon"}, flags...), " "), func(t *testing.T) { thickAddDel(t, flags) })
+	}
+}
+
+func thickAddDel(t *testing.T, flags []string) {
 	n := newThickNode(t, false)
-	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	d := testenv.StartDaemon(t, testenv.Manifold(t), flags...)
 	ctx := context.Background()
 	conf := testenv.Conf(t, n.thickConf(t, d.Socket, n.threeDelegates(t, "202")...))
 	pod, netns := newPod(t)

@@ -45,12 +45,12 @@ type Daemon struct {
 	done   chan struct{}
 }
 
-// StartDaemon runs `manifold daemon` on a socket in a temp dir, waits until it
-// answers, and stops it when the test ends.
-func StartDaemon(t testing.TB, manifold string) *Daemon {
+// StartDaemon runs `manifold daemon` on a socket in a temp dir, with any
+// further flags, waits until it answers, and stops it when the test ends.
+func StartDaemon(t testing.TB, manifold string, flags ...string) *Daemon {
 	t.Helper()
 	d := &Daemon{Socket: filepath.Join(t.TempDir(), "run", "manifold.sock"), done: make(chan struct{})}
-	d.cmd = exec.Command(manifold, "daemon", "--socket", d.Socket)
+	d.cmd = exec.Command(manifold, append([]string{"daemon", "--socket", d.Socket}, flags...)...)
 	d.cmd.Stderr = os.Stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start manifold daemon: %v", err)
