@@ -132,8 +132,8 @@ func TestDaemonSet(t *testing.T) {
 
 // TestDaemonSetThick checks daemonset-thick.yaml: its installer sets up thick
 // mode with the shim and its fallback, and its daemon container listens where
-// the config sends the shim and sees every host path of the config at the
-// same path, as the delegates it runs expect.
+// the config sends the shim, runs the delegates in the host's root, and sees
+// every host path of the config at the same path, as manifold expects.
 func TestDaemonSetThick(t *testing.T) {
 	ds := daemonSet(t, "daemonset-thick.yaml", "manifold-thick")
 	spec := ds.Spec.Template.Spec
@@ -174,28 +174,59 @@ func TestDaemonSetThick(t *testing.T) {
 		}
 	}
 
-	// The daemon is `manifold daemon --socket S`, S being the config's socket.
-	cmd := expandArgs(t, daemon, pod)
-	if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
-		t.Fatalf("daemon command %q, want %s daemon", cmd, DefaultOptions().Binary)
-	}
-	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
-	socket := fs.String("socket", shimproto.DefaultSocket, "")
-	if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
-		t.Fatalf("daemon args %q: %v (stray: %q)", cmd[2:], err, fs.Args())
-	}
-	if *socket != o.DaemonSocket {
-		t.Errorf("the daemon listens on %s, the config sends the shim to %s", *socket, o.DaemonSocket)
-	}
-	// During a rollout with surge the old and the new pod's daemons run side
-	// by side, and a daemon does not start where another one answers.
-	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxSurge != nil && ru.MaxSurge.IntValue() > 0 {
-		if other := checkInstaller(t, ds, in, "manifold-thick-q9z4m"); other.DaemonSocket == o.DaemonSocket {
-			t.Errorf("every pod's daemon listens on %s: with maxSurge the new one cannot start while the old one runs", o.DaemonSocket)
+	// The daemon is `manifold daemon --socket S --host-root R`, S being the
+	// config's socket.
+	daemonFlags := func(pod string) (socket, hostRoot string) {
+		cmd := expandArgs(t, daemon, pod)
+		if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
+			t.Fatalf("daemon command %q, want %s daemon", cmd, DefaultOptions().Binary)
 		}
+		fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.StringVar(&socket, "socket", shimproto.DefaultSocket, "")
+		fs.StringVar(&hostRoot, "host-root", "", "")
+		if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
+			t.Fatalf("daemon args %q: %v (stray: %q)", cmd[2:], err, fs.Args())
+		}
+		return socket, hostRoot
+	}
+	socket, hostRoot := daemonFlags(pod)
+	if socket != o.DaemonSocket {
+		t.Errorf("the daemon listens on %s, the config sends the shim to %s", socket, o.DaemonSocket)
+	}
+	// In a rollout with surge the new pod's daemon waits on the old one's
+	// socket until the old one has stopped, and the config that the old
+	// installer wrote stays right for the new daemon: one socket for every
+	// pod, in both containers.
+	const other = "manifold-thick-q9z4m"
+	if o2 := checkInstaller(t, ds, in, other); o2.DaemonSocket != o.DaemonSocket {
+		t.Errorf("the installer's --daemon-socket is %s in pod %s and %s in pod %s; want one fixed socket", o.DaemonSocket, pod, o2.DaemonSocket, other)
+	}
+	if s2, _ := daemonFlags(other); s2 != socket {
+		t.Errorf("the daemon's --socket is %s in pod %s and %s in pod %s; want one fixed socket", socket, pod, s2, other)
 	}
 
-	// Every host path in the config that the daemon reads, at the same path.
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	// The delegates run chrooted into the host's /, which the daemon mounts
+	// writable (leases, locks) and with the netns mounts that the runtime
+	// makes after the daemon started.
+	if hostRoot == "" || !filepath.IsAbs(hostRoot) {
+		t.Errorf("daemon --host-root %q; want the absolute path where the host's / is mounted", hostRoot)
+	} else if m, ok := mountFor(daemon, hostRoot); !ok || m.MountPath != filepath.Clean(hostRoot) {
+		t.Errorf("daemon --host-root %s: no volume is mounted there (nearest mount %+v)", hostRoot, m)
+	} else if v := volumes[m.Name]; v.HostPath == nil || v.HostPath.Path != "/" {
+		t.Errorf("daemon --host-root %s: mounted from %+v; want the host's /", hostRoot, v.VolumeSource)
+	} else if m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+		t.Errorf("daemon --host-root %s: mounted with propagation %s; want HostToContainer", hostRoot, propagation(m))
+	} else if m.ReadOnly {
+		t.Errorf("daemon --host-root %s: mounted read-only, but delegates write leases and locks there", hostRoot)
+	}
+
+	// Every host path in the config that manifold itself reads or writes in
+	// the daemon, outside the delegates' chroot, at the same path.
 	data, err := GenerateConfig(&Primary{Name: "10-calico.conflist", CNIVersion: "1.0.0"}, o)
 	if err != nil {
 		t.Fatal(err)
@@ -212,10 +243,6 @@ func TestDaemonSetThick(t *testing.T) {
 	cfg, err := netconf.ParseConfig(stdin)
 	if err != nil {
 		t.Fatal(err)
-	}
-	volumes := map[string]corev1.Volume{}
-	for _, v := range spec.Volumes {
-		volumes[v.Name] = v
 	}
 	paths := []struct {
 		key, path string
@@ -379,6 +406,14 @@ func expandArgs(t *testing.T, c corev1.Container, pod string) []string {
 		}))
 	}
 	return out
+}
+
+// propagation is m's mountPropagation, "none" when it is not set.
+func propagation(m corev1.VolumeMount) string {
+	if m.MountPropagation == nil {
+		return "none"
+	}
+	return string(*m.MountPropagation)
 }
 
 // mountFor is c's mount that holds path: the one with the longest mount path
