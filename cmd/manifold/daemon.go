@@ -71,11 +71,11 @@ func runDaemon(args []string) int {
 	return 0
 }
 
-// daemon holds what lives across calls: the API clients and the log files.
+// daemon holds what lives across calls: the plugin, whose API clients, log
+// files and status writes are shared by every call.
 type daemon struct {
 	plugin *plugin
 	log    *slog.Logger
-	apis   *apiCache
 }
 
 func newDaemon(log *slog.Logger) *daemon {
@@ -84,7 +84,7 @@ func newDaemon(log *slog.Logger) *daemon {
 	p.newAPI = apis.get
 	p.logs = &logFiles{}
 	p.reports = &reports{}
-	return &daemon{plugin: p, log: log, apis: apis}
+	return &daemon{plugin: p, log: log}
 }
 
 // errSocketBusy is listenSocket's answer when a live daemon holds the socket.
