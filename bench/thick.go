@@ -7,13 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // armThick is thick mode (docs/thick-mode.md): the runtime calls manifold-shim,
@@ -42,16 +42,8 @@ func (b *bench) setupThick() error {
 	if err := os.Mkdir(b.thickDir, 0o755); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(b.plugins)
-	if err != nil {
+	if err := testenv.LinkPlugins(b.thickDir, b.plugins); err != nil {
 		return err
-	}
-	for _, e := range entries {
-		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-			if err := os.Symlink(filepath.Join(b.plugins, e.Name()), filepath.Join(b.thickDir, e.Name())); err != nil {
-				return err
-			}
-		}
 	}
 	for name, src := range map[string]string{"manifold": b.manifold, "manifold-shim": shim} {
 		if err := os.Symlink(src, filepath.Join(b.thickDir, name)); err != nil {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,28 +45,7 @@ type thickEnv struct {
 func newThickEnv(t *testing.T, fallback, daemon bool) *thickEnv {
 	t.Helper()
 	e := &thickEnv{env: newEnv(t)}
-	dir := t.TempDir()
-	plugins := testenv.Plugins(t)
-	entries, err := os.ReadDir(plugins)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ent := range entries {
-		if ent.Type().IsRegular() && !strings.HasPrefix(ent.Name(), ".") && ent.Name() != "manifold" {
-			if err := os.Symlink(filepath.Join(plugins, ent.Name()), filepath.Join(dir, ent.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	bins := map[string]string{"manifold-shim": testenv.Shim(t)}
-	if fallback {
-		bins["manifold"] = testenv.Manifold(t)
-	}
-	for name, src := range bins {
-		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := testenv.ThickBinDir(t, fallback)
 	if _, err := os.Lstat(filepath.Join(dir, "manifold")); (err == nil) != fallback {
 		t.Fatalf("thick bin dir %s: manifold present = %v, want %v", dir, err == nil, fallback)
 	}

@@ -1,7 +1,6 @@
 package install
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,9 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // helperEnv makes the test binary act as the "old binary" that
@@ -107,24 +107,6 @@ func eventually(t *testing.T, what string, cond func() error) {
 	}
 }
 
-// syncBuffer is a log sink that tests read while the installer writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testNode is a temp dir standing in for a node: the host's CNI dirs as the
 // installer's pod mounts them, and the pod's projected token volume.
 type testNode struct {
@@ -132,7 +114,7 @@ type testNode struct {
 	root    string
 	saDir   string
 	saGen   int
-	logs    *syncBuffer
+	logs    *testenv.SyncBuffer
 	confOut string // path of our config in the conf dir
 }
 
@@ -141,7 +123,7 @@ type testNode struct {
 func newTestNode(t *testing.T, notify bool) *testNode {
 	t.Helper()
 	root := t.TempDir()
-	n := &testNode{root: root, saDir: filepath.Join(root, "sa"), logs: &syncBuffer{}}
+	n := &testNode{root: root, saDir: filepath.Join(root, "sa"), logs: &testenv.SyncBuffer{}}
 	o := DefaultOptions()
 	o.CNIBinDir = filepath.Join(root, "host/opt/cni/bin")
 	o.CNIConfDir = filepath.Join(root, "host/etc/cni/net.d")
@@ -285,7 +267,7 @@ func fileIs(path, want string) error {
 	return nil
 }
 
-func logHas(logs *syncBuffer, s string) error {
+func logHas(logs *testenv.SyncBuffer, s string) error {
 	if !strings.Contains(logs.String(), s) {
 		return fmt.Errorf("no log line with %q", s)
 	}

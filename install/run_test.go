@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // modes runs a test with fsnotify and with the poll fallback alone.
@@ -254,20 +256,12 @@ func TestRunSwitchToThick(t *testing.T) {
 
 	thick := *thin
 	o := *thin.o
-	thick.o, thick.logs = &o, &syncBuffer{}
+	thick.o, thick.logs = &o, &testenv.SyncBuffer{}
 	thick.o.DaemonSocket = "/run/manifold/manifold-thick-x7k2p.sock"
 	stopThick, thickDone := thick.start(t)
 	eventually(t, "the thick installer waits", func() error { return logHas(thick.logs, "waiting for it to stop") })
 
-	stopThin()
-	select {
-	case err := <-thinDone:
-		if err != nil {
-			t.Fatalf("thin Run returned %v on stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("thin Run did not stop within 30s")
-	}
+	stopRun(t, stopThin, thinDone)
 	if _, err := os.Stat(thin.confOut); err != nil {
 		t.Fatalf("the thin installer removed the config while the thick one runs: %v", err)
 	}
@@ -281,15 +275,7 @@ func TestRunSwitchToThick(t *testing.T) {
 		}
 		return nil
 	})
-	stopThick()
-	select {
-	case err := <-thickDone:
-		if err != nil {
-			t.Fatalf("thick Run returned %v on stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("thick Run did not stop within 30s")
-	}
+	stopRun(t, stopThick, thickDone)
 }
 
 func TestRunCleanupOnExit(t *testing.T) {
@@ -359,7 +345,7 @@ func TestRunDuringRollout(t *testing.T) {
 	// The new pod has its own token volume.
 	newer := *old
 	o := *old.o
-	newer.o, newer.logs = &o, &syncBuffer{}
+	newer.o, newer.logs = &o, &testenv.SyncBuffer{}
 	newer.saDir, newer.saGen = filepath.Join(old.root, "sa-new"), 0
 	if err := os.Mkdir(newer.saDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -373,30 +359,17 @@ func TestRunDuringRollout(t *testing.T) {
 		t.Fatalf("the waiting installer touched the token: %v", err)
 	}
 
-	stop := func(cancel func(), done <-chan error) {
-		t.Helper()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("Run returned %v on stop", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("Run did not stop within 30s")
-		}
-	}
-
 	// An installer stopped while it waits leaves everything alone.
 	third := newer
-	third.logs = &syncBuffer{}
+	third.logs = &testenv.SyncBuffer{}
 	stopThird, thirdDone := third.start(t)
 	eventually(t, "a third installer waits", func() error { return logHas(third.logs, "waiting for it to stop") })
-	stop(stopThird, thirdDone)
+	stopRun(t, stopThird, thirdDone)
 	if _, err := os.Stat(old.confOut); err != nil {
 		t.Fatalf("an installer stopped while waiting removed the config: %v", err)
 	}
 
-	stop(stopOld, oldDone)
+	stopRun(t, stopOld, oldDone)
 	if _, err := os.Stat(old.confOut); err != nil {
 		t.Fatalf("the old installer removed the config while the new one runs: %v", err)
 	}
@@ -405,8 +378,23 @@ func TestRunDuringRollout(t *testing.T) {
 	}
 	eventually(t, "the new installer takes over", func() error { return fileIs(hostToken, "token-new") })
 
-	stop(stopNew, newDone)
+	stopRun(t, stopNew, newDone)
 	if _, err := os.Stat(old.confOut); !os.IsNotExist(err) {
 		t.Fatalf("the last installer left the config: %v", err)
+	}
+}
+
+// stopRun stops a Run started with testNode.start and checks that it returns
+// nil within 30s.
+func stopRun(t *testing.T, cancel func(), done <-chan error) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v on stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop within 30s")
 	}
 }

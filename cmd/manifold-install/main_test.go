@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // TestSIGTERM builds the installer, runs it against temp dirs that stand in
@@ -64,7 +64,7 @@ func TestSIGTERM(t *testing.T) {
 				wantType, binaries["manifold-shim"] = `"type": "manifold-shim"`, "shim binary"
 			}
 			cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443")
-			stderr := &syncBuffer{}
+			stderr := &testenv.SyncBuffer{}
 			cmd.Stderr = stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -134,21 +134,4 @@ func TestSIGTERM(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

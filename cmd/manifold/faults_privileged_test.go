@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/plugins/test/noop/debug"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -197,37 +198,40 @@ func TestTornRecord(t *testing.T) {
 func TestConcurrentPods(t *testing.T) {
 	n := newNode(t)
 	parent := testenv.VethParent(t)
-	ctx := context.Background()
 	list := testenv.Conf(t, n.manifoldConf(t, "1.0.0", nil,
 		n.bridgeConf("1.0.0", "10.213.0.0/16"),
 		n.macvlanConf("1.0.0", parent, "10.214.0.0/16"),
 		strings.Replace(n.macvlanConf("1.0.0", parent, "10.215.0.0/16"), `"mv-net"`, `"mv-net2"`, 1)))
-	const pods = 50
+	concurrentPods(t, n, list, 50, 3)
+	assertClean(t, n, "after 50 concurrent pods")
+}
+
+// concurrentPods runs ADD, a link count and DEL for pods pods at once.
+func concurrentPods(t *testing.T, n *node, list *libcni.NetworkConfigList, pods, links int) {
+	t.Helper()
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*pods)
-	for i := 0; i < pods; i++ {
+	for range pods {
 		pod, netns := newPod(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if _, err := n.rt.Add(ctx, list, pod); err != nil {
 				errs <- fmt.Errorf("ADD %s: %w", pod.ContainerID, err)
 				return
 			}
-			if links := countLinks(netns); links != 3 {
-				errs <- fmt.Errorf("pod %s has %d links after ADD, want 3", pod.ContainerID, links)
+			if got := countLinks(netns); got != links {
+				errs <- fmt.Errorf("pod %s has %d links after ADD, want %d", pod.ContainerID, got, links)
 			}
 			if err := n.rt.Del(ctx, list, pod); err != nil {
 				errs <- fmt.Errorf("DEL %s: %w", pod.ContainerID, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	assertClean(t, n, "after 50 concurrent pods")
 }
 
 // TestAddDelRace runs ADD and DEL on the same container at once, many times. The

@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,34 +20,12 @@ import (
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-// newThickNode is newNode for thick mode: the bin dir holds the plugins and
-// manifold-shim, and holds manifold (the shim's fallback) only if fallback is
-// true. Without it, a call that succeeds can only have been served by the
-// daemon.
+// newThickNode is newNode for thick mode, with testenv.ThickBinDir's bin dir:
+// with fallback false there is no manifold binary in it, so a call that
+// succeeds can only have been served by the daemon.
 func newThickNode(t *testing.T, fallback bool) *node {
 	testenv.RequirePrivileged(t)
-	dir := t.TempDir()
-	entries, err := os.ReadDir(testenv.Plugins(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-			if err := os.Symlink(filepath.Join(testenv.Plugins(t), e.Name()), filepath.Join(dir, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	links := map[string]string{"manifold-shim": testenv.Shim(t)}
-	if fallback {
-		links["manifold"] = testenv.Manifold(t)
-	}
-	for name, src := range links {
-		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n := &node{rt: testenv.NewRuntime(t, dir), cniDir: t.TempDir(), leaseDir: t.TempDir(), bridge: testenv.UniqueName("mfbr")}
+	n := &node{rt: testenv.NewRuntime(t, testenv.ThickBinDir(t, fallback)), cniDir: t.TempDir(), leaseDir: t.TempDir(), bridge: testenv.UniqueName("mfbr")}
 	t.Cleanup(func() { testenv.DeleteLink(n.bridge) })
 	return n
 }
@@ -232,33 +208,10 @@ func TestThickConcurrentPods(t *testing.T) {
 	n := newThickNode(t, false)
 	d := testenv.StartDaemon(t, testenv.Manifold(t))
 	parent := testenv.VethParent(t)
-	ctx := context.Background()
 	conf := testenv.Conf(t, n.thickConf(t, d.Socket,
 		n.bridgeConf("1.0.0", "10.206.0.0/16"),
 		n.macvlanConf("1.0.0", parent, "10.207.0.0/16")))
-	const pods = 20
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*pods)
-	for range pods {
-		pod, netns := newPod(t)
-		wg.Go(func() {
-			if _, err := n.rt.Add(ctx, conf, pod); err != nil {
-				errs <- fmt.Errorf("ADD %s: %w", pod.ContainerID, err)
-				return
-			}
-			if got := countLinks(netns); got != 2 {
-				errs <- fmt.Errorf("pod %s has %d links after ADD, want 2", pod.ContainerID, got)
-			}
-			if err := n.rt.Del(ctx, conf, pod); err != nil {
-				errs <- fmt.Errorf("DEL %s: %w", pod.ContainerID, err)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	concurrentPods(t, n, conf, 20, 2)
 	assertClean(t, n, "concurrent pods through the daemon")
 	if d.Exited() {
 		t.Error("the daemon exited during the test")
@@ -273,7 +226,7 @@ func TestDaemonHandOver(t *testing.T) {
 	n := newThickNode(t, false)
 	old := testenv.StartDaemon(t, testenv.Manifold(t))
 	next := exec.Command(testenv.Manifold(t), "daemon", "--socket", old.Socket)
-	nextLog := &lockedBuffer{}
+	nextLog := &testenv.SyncBuffer{}
 	next.Stderr = nextLog
 	if err := next.Start(); err != nil {
 		t.Fatal(err)
@@ -322,22 +275,4 @@ func TestDaemonHandOver(t *testing.T) {
 		}
 	}
 	assertClean(t, n, "hand-over")
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

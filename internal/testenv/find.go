@@ -69,6 +69,14 @@ func FindManifold(dir string) (string, error) {
 // LinkBinDir fills dir, as a node's /opt/cni/bin, with links to every plugin in
 // pluginsDir and to the manifold binary.
 func LinkBinDir(dir, pluginsDir, manifold string) error {
+	if err := LinkPlugins(dir, pluginsDir); err != nil {
+		return err
+	}
+	return os.Symlink(manifold, filepath.Join(dir, "manifold"))
+}
+
+// LinkPlugins links every plugin in pluginsDir into dir.
+func LinkPlugins(dir, pluginsDir string) error {
 	entries, err := os.ReadDir(pluginsDir)
 	if err != nil {
 		return fmt.Errorf("read plugins dir: %w", err)
@@ -80,5 +88,5 @@ func LinkBinDir(dir, pluginsDir, manifold string) error {
 			}
 		}
 	}
-	return os.Symlink(manifold, filepath.Join(dir, "manifold"))
+	return nil
 }

@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +38,47 @@ func Shim(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// ThickBinDir returns a node's CNI bin dir for thick mode: every plugin and
+// manifold-shim, and the manifold binary (the shim's fallback) only when
+// fallback is true. Without it, a call that succeeds can only have been served
+// by a daemon.
+func ThickBinDir(t testing.TB, fallback bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := LinkPlugins(dir, Plugins(t)); err != nil {
+		t.Fatal(err)
+	}
+	bins := map[string]string{"manifold-shim": Shim(t)}
+	if fallback {
+		bins["manifold"] = Manifold(t)
+	}
+	for name, src := range bins {
+		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// SyncBuffer is a buffer that a process or a goroutine writes while the test
+// reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Daemon is a running `manifold daemon`.
