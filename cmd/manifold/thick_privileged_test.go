@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,3 +277,53 @@ func TestDaemonHandOver(t *testing.T) {
 	}
 	assertClean(t, n, "hand-over")
 }
+
+// TestDaemonSurvivesBadFrames: garbage, a frame cut short, a frame that claims
+// 2 GiB of stdin and a connection left silent do not stop the daemon; a real
+// call served afterwards works. A 512 KiB config, far larger than a pipe buffer,
+// also goes through the daemon, and through the shim's fallback (stdin in a
+// memfd).
+func TestDaemonSurvivesBadFrames(t *testing.T) {
+	n := newThickNode(t, true)
+	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	for _, frame := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+		[]byte("MFQ1\x00\x00\x00\x01\x00\x00"),
+		[]byte("MFQ1\x00\x00\x00\x00\x7f\xff\xff\xff"),
+		nil,
+	} {
+		c, err := net.Dial("unix", d.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(frame)
+		if frame == nil {
+			// Silent: the daemon's read deadline ends it; leave it open.
+			t.Cleanup(func() { c.Close() })
+			continue
+		}
+		c.Close()
+	}
+	big := map[string]any{"padding": strings.Repeat("x", 512<<10)}
+	for _, socket := range []string{d.Socket, filepath.Join(t.TempDir(), "none.sock")} {
+		conf := n.thickConf(t, socket, n.bridgeConf("1.0.0", "10.209.0.0/24"))
+		conf = bytes.Replace(conf, []byte(`"type":"manifold-shim"`), []byte(`"type":"manifold-shim","padding":`+strconvQuote(big["padding"].(string))), 1)
+		list := testenv.Conf(t, conf)
+		pod, netns := newPod(t)
+		if _, err := n.rt.Add(context.Background(), list, pod); err != nil {
+			t.Fatalf("ADD with a 512 KiB config via %s: %v", socket, err)
+		}
+		if got := countLinks(netns); got != 1 {
+			t.Errorf("via %s: %d links in the pod, want 1", socket, got)
+		}
+		if err := n.rt.Del(context.Background(), list, pod); err != nil {
+			t.Fatalf("DEL via %s: %v", socket, err)
+		}
+	}
+	if d.Exited() {
+		t.Fatal("the daemon exited")
+	}
+	assertClean(t, n, "after bad frames")
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
