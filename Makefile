@@ -49,6 +49,7 @@ fuzz:
 
 demo: build tools
 	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
+	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
 	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
 	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -140,7 +141,10 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.show(ctx); err != nil {
 		return err
 	}
-	return d.del(ctx)
+	if err := d.del(ctx); err != nil {
+		return err
+	}
+	return d.thick(ctx)
 }
 
 // setupNode makes what a node has: a bin dir with manifold and the plugins,
@@ -381,6 +385,124 @@ func (d *demo) del(ctx context.Context) error {
 	fmt.Printf("  manifold's records in %s: %s\n", d.cniDir, orNone(files(d.cniDir, false)))
 	fmt.Printf("  ports on bridge %s: %s\n", d.bridge, orNone(bridgePorts(d.bridge)))
 	return nil
+}
+
+// thick attaches the same pod once more in thick mode: the runtime runs
+// manifold-shim, which passes the call to a manifold daemon.
+func (d *demo) thick(ctx context.Context) error {
+	heading("9. The same pod in thick mode (docs/thick-mode.md)")
+	shim, err := testenv.FindShim(d.dir)
+	if err != nil {
+		return err
+	}
+	if err := os.Symlink(shim, filepath.Join(d.binDir, "manifold-shim")); err != nil {
+		return err
+	}
+	socket := filepath.Join(d.dir, "run", "manifold.sock")
+	daemonLog, err := os.Create(filepath.Join(d.dir, "daemon.log"))
+	if err != nil {
+		return err
+	}
+	defer daemonLog.Close()
+	daemon := exec.Command(filepath.Join(d.binDir, "manifold"), "daemon", "--socket", socket)
+	daemon.Stdout, daemon.Stderr = daemonLog, daemonLog
+	daemon.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := daemon.Start(); err != nil {
+		return fmt.Errorf("start manifold daemon: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- daemon.Wait() }()
+	d.later("stop the manifold daemon", func() error {
+		daemon.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+			return nil
+		case <-time.After(20 * time.Second):
+			daemon.Process.Kill()
+			return errors.New("it did not stop within 20s of SIGTERM; killed")
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", socket); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("manifold daemon: no socket at %s after 10s", socket)
+		}
+	}
+	fmt.Printf("  $ manifold daemon --socket %s   (running, pid %d)\n", socket, daemon.Process.Pid)
+
+	var list map[string]any
+	_ = json.Unmarshal(d.manifoldConf(), &list)
+	plugin := list["plugins"].([]any)[0].(map[string]any)
+	plugin["type"], plugin["daemonSocket"] = "manifold-shim", socket
+	raw, _ := json.Marshal(list)
+	conf, err := libcni.NetworkConfFromBytes(raw)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  the same config, with \"type\": \"manifold-shim\" and \"daemonSocket\": %q\n", socket)
+
+	rt := *d.rt
+	id := make([]byte, 32)
+	_, _ = rand.Read(id)
+	rt.ContainerID = hex.EncodeToString(id)
+	rt.Args = append([][2]string(nil), d.rt.Args...)
+	for i := range rt.Args {
+		if rt.Args[i][0] == "K8S_POD_INFRA_CONTAINER_ID" {
+			rt.Args[i][1] = rt.ContainerID
+		}
+	}
+	pods := d.cp.Clientset().CoreV1().Pods(podNamespace)
+	before, err := pods.Get(ctx, podName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	d.later("DEL the thick-mode sandbox again (a no-op unless the demo stopped early)", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return d.cni.DelNetworkList(ctx, conf, &rt)
+	})
+	start := time.Now()
+	if _, err := d.cni.AddNetworkList(ctx, conf, &rt); err != nil {
+		return fmt.Errorf("ADD in thick mode: %w", err)
+	}
+	fmt.Printf("  ADD through the daemon succeeded in %s (one run; make bench compares the modes)\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("  $ ip -n %s -br addr\n%s", d.netns, indent(ipOut(d.netns, "-br", "addr"), 4))
+	// The daemon writes the status just after it answers.
+	var st string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		pod, err := pods.Get(ctx, podName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st = pod.Annotations[statusKey]; st != "" && st != before.Annotations[statusKey] {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the daemon did not write the new network-status within 10s")
+		}
+	}
+	fmt.Printf("  the new %s, written by the daemon just after it answered:\n%s\n", statusKey, indent(pretty([]byte(st)), 4))
+	start = time.Now()
+	if err := d.cni.DelNetworkList(ctx, conf, &rt); err != nil {
+		return fmt.Errorf("DEL in thick mode: %w", err)
+	}
+	fmt.Printf("  DEL through the daemon succeeded in %s. Left: interfaces %s; leases %s; records %s\n",
+		time.Since(start).Round(time.Millisecond), orNone(podIfaces(d.netns)), orNone(files(d.leases, true)), orNone(files(d.cniDir, false)))
+	return nil
+}
+
+// podIfaces lists the pod's interfaces other than lo.
+func podIfaces(netns string) []string {
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(ipOut(netns, "-br", "link")), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] != "lo" {
+			out = append(out, f[0])
+		}
+	}
+	return out
 }
 
 // showLog prints the end of manifold's log, to explain a failure.
