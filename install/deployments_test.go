@@ -194,6 +194,14 @@ func TestDaemonSetThick(t *testing.T) {
 	if socket != o.DaemonSocket {
 		t.Errorf("the daemon listens on %s, the config sends the shim to %s", socket, o.DaemonSocket)
 	}
+	// The liveness probe is `manifold daemon --probe` on the same socket.
+	if p := daemon.LivenessProbe; p == nil || p.Exec == nil {
+		t.Error("the daemon has no exec liveness probe")
+	} else if cmd := p.Exec.Command; len(cmd) < 3 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" || !slices.Contains(cmd, "--probe") ||
+		!slices.Contains(cmd, socket) || p.TimeoutSeconds < 6 {
+		t.Errorf("liveness probe %q (timeout %ds), want %s daemon --probe --socket %s with a timeout of at least 6s (the probe's own is 5s)",
+			cmd, p.TimeoutSeconds, DefaultOptions().Binary, socket)
+	}
 	// In a rollout with surge the new pod's daemon waits on the old one's
 	// socket until the old one has stopped, and the config that the old
 	// installer wrote stays right for the new daemon: one socket for every

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,8 +38,16 @@ func runDaemon(args []string) int {
 	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
 	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on")
 	hostRoot := fs.String("host-root", "", "the host's root filesystem as mounted in the daemon's container; delegates run chrooted into it")
+	probe := fs.Bool("probe", false, "do not serve: ask the daemon on --socket for VERSION, and exit 0 if it answers within 5s (a liveness probe)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *probe {
+		if err := probeDaemon(*socket, probeTimeout); err != nil {
+			fmt.Fprintf(os.Stderr, "manifold daemon --probe: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if *hostRoot != "" {
 		if fi, err := os.Stat(*hostRoot); err != nil || !fi.IsDir() || !filepath.IsAbs(*hostRoot) {
@@ -85,6 +94,32 @@ func newDaemon(log *slog.Logger) *daemon {
 	p.logs = &logFiles{}
 	p.reports = &reports{}
 	return &daemon{plugin: p, log: log}
+}
+
+// probeTimeout bounds a liveness probe: connect, call and answer.
+const probeTimeout = 5 * time.Second
+
+// probeDaemon makes one VERSION call through the socket, as the shim would.
+// It checks that the daemon accepts, reads, dispatches and answers; not the
+// API server or the delegates, whose faults are the calls' own to report.
+func probeDaemon(socket string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("unix", socket, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(timeout))
+	if err := shimproto.WriteRequest(conn, &shimproto.Request{Env: []string{"CNI_COMMAND=VERSION"}}); err != nil {
+		return fmt.Errorf("send VERSION to %s: %w", socket, err)
+	}
+	rep, err := shimproto.ReadReply(conn)
+	if err != nil {
+		return fmt.Errorf("answer to VERSION from %s: %w", socket, err)
+	}
+	if rep.ExitCode != 0 || !strings.Contains(string(rep.Stdout), "supportedVersions") {
+		return fmt.Errorf("answer to VERSION from %s: exit %d, %q", socket, rep.ExitCode, rep.Stdout)
+	}
+	return nil
 }
 
 // errSocketBusy is listenSocket's answer when a live daemon holds the socket.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -327,3 +328,29 @@ func TestDaemonSurvivesBadFrames(t *testing.T) {
 }
 
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// TestDaemonProbe: `manifold daemon --probe` passes against a live daemon and
+// fails against a killed one (its socket file left behind) and a stopped one.
+func TestDaemonProbe(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	bin := testenv.Manifold(t)
+	probe := func(socket string) error {
+		out, err := exec.Command(bin, "daemon", "--probe", "--socket", socket).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	killed := testenv.StartDaemon(t, bin)
+	stopped := testenv.StartDaemon(t, bin)
+	if err := probe(killed.Socket); err != nil {
+		t.Fatalf("probe of a live daemon: %v", err)
+	}
+	killed.Kill(t)
+	stopped.Stop(t)
+	for name, socket := range map[string]string{"killed": killed.Socket, "stopped": stopped.Socket} {
+		if err := probe(socket); err == nil {
+			t.Errorf("probe of a %s daemon passed", name)
+		}
+	}
+}
