@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -100,7 +101,43 @@ func (p *process) signal(sig syscall.Signal) error {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("signal %s (pid %d) with %v: %w", p.name, p.cmd.Process.Pid, sig, err)
 	}
+	if sig == syscall.SIGSTOP {
+		// kill(2) returns before every thread has stopped: a thread that is
+		// running on the other CPU can still answer a request. Return only
+		// once all of them are.
+		return waitStopped(p.cmd.Process.Pid, 5*time.Second)
+	}
 	return nil
+}
+
+// waitStopped waits until every thread of pid is in the stopped state.
+func waitStopped(pid int, bound time.Duration) error {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("wait for pid %d to stop: %w", pid, err)
+		}
+		running := 0
+		for _, task := range tasks {
+			stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			if err != nil {
+				continue // the thread has exited
+			}
+			// The state follows the command name, which ends with the
+			// last ')' and may itself hold spaces and parentheses.
+			rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+			if f := bytes.Fields(rest); len(f) == 0 || (f[0][0] != 'T' && f[0][0] != 't') {
+				running++
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: %d threads still not stopped after %s", pid, running, bound)
+		}
+	}
 }
 
 // logTail returns the last few KiB of the process log, for error messages.
