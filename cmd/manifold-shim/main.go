@@ -8,11 +8,12 @@
 // is down or restarting still attaches and detaches pods (docs/thick-mode.md).
 //
 // Start-up is what thick mode exists to save, so the shim links as little as
-// it can: os, syscall, strconv, x/sys/unix and shimproto. No net, fmt, os/exec or
-// encoding/json; each of those costs every call start-up time.
+// it can: small standard packages, x/sys/unix and shimproto. No net, fmt,
+// os/exec or encoding/json; each of those costs every call start-up time.
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -103,11 +104,11 @@ func connect(path string) (*os.File, error) {
 
 func call(conn *os.File, req *shimproto.Request) (*shimproto.Reply, error) {
 	if err := shimproto.WriteRequest(conn, req); err != nil {
-		return nil, errorf("send the call: ", err)
+		return nil, errors.New("send the call: " + err.Error())
 	}
 	rep, err := shimproto.ReadReply(conn)
 	if err != nil {
-		return nil, errorf("connection lost before the answer: ", err)
+		return nil, errors.New("connection lost before the answer: " + err.Error())
 	}
 	return rep, nil
 }
@@ -154,12 +155,6 @@ func ownDir() string {
 	}
 	return "."
 }
-
-func errorf(prefix string, err error) error { return &shimError{prefix + err.Error()} }
-
-type shimError struct{ msg string }
-
-func (e *shimError) Error() string { return e.msg }
 
 // cniError prints a CNI error and returns the exit code that goes with it.
 func cniError(stdout io.Writer, cniVersion string, code int, msg string) int {

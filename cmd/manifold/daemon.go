@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/manifold-cni/manifold/delegate"
-	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
@@ -258,7 +257,7 @@ func (a *apiCache) get(conf *netconf.Config) (podAPI, error) {
 	}
 	if old, ok := a.clients[key]; ok {
 		// Calls in flight keep their requests; only idle connections close.
-		if c, ok := old.api.(*k8sclient.Client); ok {
+		if c, ok := old.api.(interface{ CloseIdleConnections() }); ok {
 			c.CloseIdleConnections()
 		}
 	}

@@ -51,7 +51,7 @@ func (p *plugin) serveCall(req *shimproto.Request) *shimproto.Reply {
 	var stdout strings.Builder
 	stderr := &callStderr{after: p.stderr}
 	cp := *p
-	cp.stdout, cp.stderr, cp.getenv = &stdout, stderr, req.Getenv
+	cp.stdout, cp.stderr = &stdout, stderr
 	rep := &shimproto.Reply{}
 	if err := cp.dispatch(req); err != nil {
 		// As skel: the error follows whatever the verb printed.

@@ -23,7 +23,6 @@ type plugin struct {
 	exec   invoke.Exec // nil: run plugin binaries for real
 	stdout io.Writer
 	stderr io.Writer
-	getenv func(string) string
 	now    func() time.Time
 	// newAPI builds the API client; tests replace it.
 	newAPI func(conf *netconf.Config) (podAPI, error)
@@ -36,7 +35,7 @@ type plugin struct {
 }
 
 func newPlugin() *plugin {
-	return &plugin{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, now: time.Now, newAPI: newAPIClient}
+	return &plugin{stdout: os.Stdout, stderr: os.Stderr, now: time.Now, newAPI: newAPIClient}
 }
 
 func newAPIClient(conf *netconf.Config) (podAPI, error) {

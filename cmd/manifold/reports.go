@@ -96,7 +96,8 @@ func (w *callStderr) seal() []byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.sealed = true
-	return bytes.Clone(w.buf.Bytes())
+	return w.buf.Bytes() // buf is not written after this
+
 }
 
 // awaitReport makes a verb on a container wait for that container's status
