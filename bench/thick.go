@@ -3,12 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -51,32 +48,15 @@ func (b *bench) setupThick() error {
 		}
 	}
 	b.daemonSocket = filepath.Join(b.dir, "daemon", "manifold.sock")
-	daemon := exec.Command(b.manifold, "daemon", "--socket", b.daemonSocket)
-	daemon.Stderr = os.Stderr
-	if err := daemon.Start(); err != nil {
-		return fmt.Errorf("start manifold daemon: %w", err)
+	daemon, err := testenv.RunDaemon(b.manifold, b.daemonSocket, os.Stderr)
+	if err != nil {
+		return err
 	}
 	b.onCleanup(func() {
-		daemon.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { daemon.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			daemon.Process.Kill()
-			<-done
+		if err := daemon.Terminate(); err != nil {
+			logf("%v", err)
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("unix", b.daemonSocket); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("manifold daemon: no socket at %s after 10s", b.daemonSocket)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	b.thickRuntime = libcni.NewCNIConfigWithCacheDir([]string{b.thickDir}, b.runtimeCache, &benchExec{})
 	return nil
 }

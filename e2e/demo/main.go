@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -404,34 +403,12 @@ func (d *demo) thick(ctx context.Context) error {
 		return err
 	}
 	defer daemonLog.Close()
-	daemon := exec.Command(filepath.Join(d.binDir, "manifold"), "daemon", "--socket", socket)
-	daemon.Stdout, daemon.Stderr = daemonLog, daemonLog
-	daemon.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := daemon.Start(); err != nil {
-		return fmt.Errorf("start manifold daemon: %w", err)
+	daemon, err := testenv.RunDaemon(filepath.Join(d.binDir, "manifold"), socket, daemonLog)
+	if err != nil {
+		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- daemon.Wait() }()
-	d.later("stop the manifold daemon", func() error {
-		daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-			return nil
-		case <-time.After(20 * time.Second):
-			daemon.Process.Kill()
-			return errors.New("it did not stop within 20s of SIGTERM; killed")
-		}
-	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("unix", socket); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("manifold daemon: no socket at %s after 10s", socket)
-		}
-	}
-	fmt.Printf("  $ manifold daemon --socket %s   (running, pid %d)\n", socket, daemon.Process.Pid)
+	d.later("stop the manifold daemon", daemon.Terminate)
+	fmt.Printf("  $ manifold daemon --socket %s   (running, pid %d)\n", socket, daemon.Pid())
 
 	var list map[string]any
 	_ = json.Unmarshal(d.manifoldConf(), &list)

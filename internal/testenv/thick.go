@@ -2,11 +2,14 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -88,37 +91,67 @@ type Daemon struct {
 	done   chan struct{}
 }
 
-// StartDaemon runs `manifold daemon` on a socket in a temp dir, with any
-// further flags, waits until it answers, and stops it when the test ends.
-func StartDaemon(t testing.TB, manifold string, flags ...string) *Daemon {
-	t.Helper()
-	d := &Daemon{Socket: filepath.Join(t.TempDir(), "run", "manifold.sock"), done: make(chan struct{})}
-	d.cmd = exec.Command(manifold, append([]string{"daemon", "--socket", d.Socket}, flags...)...)
-	d.cmd.Stderr = os.Stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start manifold daemon: %v", err)
-	}
-	go func() { d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() { d.Stop(t) })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("unix", d.Socket); err == nil {
-			c.Close()
-			return d
+// RunDaemon runs `manifold daemon --socket socket` with any further flags,
+// its output going to out, and returns once the daemon answers on the socket.
+// Programs (the demo, the bench) use it; tests use StartDaemon.
+func RunDaemon(manifold, socket string, out io.Writer, flags ...string) (*Daemon, error) {
+	d := &Daemon{Socket: socket, done: make(chan struct{})}
+	d.cmd = exec.Command(manifold, append([]string{"daemon", "--socket", socket}, flags...)...)
+	d.cmd.Stdout, d.cmd.Stderr = out, out
+	// The daemon dies with whoever started it, even on a crash. Pdeathsig
+	// fires when the forking thread exits (golang/go#27505), so the fork and
+	// the Wait run on one goroutine locked to its thread, as in
+	// e2e/controlplane's startProcess.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := d.cmd.Start(); err != nil {
+			started <- err
+			return
 		}
-		select {
-		case <-d.done:
-			t.Fatalf("manifold daemon exited before it listened: %v", d.cmd.ProcessState)
-		default:
+		started <- nil
+		d.cmd.Wait()
+		close(d.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start manifold daemon: %w", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unix", socket); err == nil {
+			c.Close()
+			return d, nil
+		}
+		if d.Exited() {
+			return nil, fmt.Errorf("manifold daemon exited before it listened: %v", d.cmd.ProcessState)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("manifold daemon: no socket at %s after 10s", d.Socket)
+			d.kill()
+			return nil, fmt.Errorf("manifold daemon: no socket at %s after 10s", socket)
 		}
 	}
+}
+
+// StartDaemon runs `manifold daemon` on a socket in a temp dir, with any
+// further flags, and stops it when the test ends.
+func StartDaemon(t testing.TB, manifold string, flags ...string) *Daemon {
+	t.Helper()
+	d, err := RunDaemon(manifold, filepath.Join(t.TempDir(), "run", "manifold.sock"), os.Stderr, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Stop(t) })
+	return d
 }
 
 // Kill ends the daemon with SIGKILL, as a crash or an OOM kill would.
 func (d *Daemon) Kill(t testing.TB) {
 	t.Helper()
+	d.kill()
+}
+
+func (d *Daemon) kill() {
 	d.cmd.Process.Kill()
 	<-d.done
 }
@@ -126,17 +159,24 @@ func (d *Daemon) Kill(t testing.TB) {
 // Stop ends the daemon with SIGTERM and waits for it; SIGKILL after 20s.
 func (d *Daemon) Stop(t testing.TB) {
 	t.Helper()
-	select {
-	case <-d.done:
-		return
-	default:
+	if err := d.Terminate(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Terminate is Stop for programs: SIGTERM, then SIGKILL after 20s, which is
+// an error.
+func (d *Daemon) Terminate() error {
+	if d.Exited() {
+		return nil
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.done:
+		return nil
 	case <-time.After(20 * time.Second):
-		t.Errorf("manifold daemon did not stop within 20s of SIGTERM")
-		d.Kill(t)
+		d.kill()
+		return errors.New("manifold daemon did not stop within 20s of SIGTERM; killed")
 	}
 }
 
@@ -149,3 +189,6 @@ func (d *Daemon) Exited() bool {
 		return false
 	}
 }
+
+// Pid is the daemon's process ID.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
