@@ -69,32 +69,22 @@ func (r *results) printTable(w io.Writer) {
 		fmt.Fprintf(w, "\nTime per call, ms, p50 / p99 (arms interleaved; direct = the same delegates called by the runtime itself)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "delegates\tnets\tverb\tn\tmanifold\tdirect\tratio p50\toverhead p50\tmanifold own\t\t")
-		for _, o := range r.Overhead {
-			for _, v := range []struct {
-				name string
-				r    verbResult
-			}{{"ADD", o.Add}, {"DEL", o.Del}} {
-				own := "n/a"
-				if v.r.Own != nil {
-					own = pp(*v.r.Own)
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%.3f×\t%.1f\t%s\t\t\n", o.Delegates, o.Networks, v.name, v.r.Manifold.N,
-					pp(v.r.Manifold), pp(v.r.Reference), v.r.RatioP50, v.r.Overhead.P50, own)
+		for _, v := range verbRows(r.Overhead) {
+			own := "n/a"
+			if v.r.Own != nil {
+				own = pp(*v.r.Own)
 			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%.3f×\t%.1f\t%s\t\t\n", v.o.Delegates, v.o.Networks, v.name, v.r.Manifold.N,
+				pp(v.r.Manifold), pp(v.r.Reference), v.r.RatioP50, v.r.Overhead.P50, own)
 		}
 		tw.Flush()
 		if r.Overhead[0].Add.Own != nil {
 			fmt.Fprintf(w, "\nmanifold's own time split, ms p50: before the first delegate / between delegates / after the last; time inside delegates\n")
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "delegates\tnets\tverb\tbefore\tbetween\tafter\tin delegates\t")
-			for _, o := range r.Overhead {
-				for _, v := range []struct {
-					name string
-					r    verbResult
-				}{{"ADD", o.Add}, {"DEL", o.Del}} {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", o.Delegates, o.Networks, v.name,
-						v.r.Before.P50, v.r.Between.P50, v.r.After.P50, v.r.Delegates.P50)
-				}
+			for _, v := range verbRows(r.Overhead) {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", v.o.Delegates, v.o.Networks, v.name,
+					v.r.Before.P50, v.r.Between.P50, v.r.After.P50, v.r.Delegates.P50)
 			}
 			tw.Flush()
 		}
@@ -104,14 +94,9 @@ func (r *results) printTable(w io.Writer) {
 		fmt.Fprintf(w, "\nThick mode (manifold-shim + manifold daemon) in the same iterations, ms p50 / p99\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "delegates\tnets\tverb\tthick\tmanifold\tdirect\tthick/direct\tmanifold/direct\t")
-		for _, o := range r.Overhead {
-			for _, v := range []struct {
-				name string
-				r    verbResult
-			}{{"ADD", o.Add}, {"DEL", o.Del}} {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", o.Delegates, o.Networks, v.name,
-					pp(*v.r.Thick), pp(v.r.Manifold), pp(v.r.Reference), v.r.ThickRatioP50, v.r.RatioP50)
-			}
+		for _, v := range verbRows(r.Overhead) {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", v.o.Delegates, v.o.Networks, v.name,
+				pp(*v.r.Thick), pp(v.r.Manifold), pp(v.r.Reference), v.r.ThickRatioP50, v.r.RatioP50)
 		}
 		tw.Flush()
 	}
@@ -120,17 +105,12 @@ func (r *results) printTable(w io.Writer) {
 		fmt.Fprintf(w, "\nBaseline (-baseline binary) in the same iterations, ms p50 / p99\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "delegates\tnets\tverb\tbaseline\tmanifold\tbaseline own\tmanifold own\t")
-		for _, o := range r.Overhead {
-			for _, v := range []struct {
-				name string
-				r    verbResult
-			}{{"ADD", o.Add}, {"DEL", o.Del}} {
-				bown, own := "n/a", "n/a"
-				if v.r.BaselineOwn != nil && v.r.Own != nil {
-					bown, own = pp(*v.r.BaselineOwn), pp(*v.r.Own)
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", o.Delegates, o.Networks, v.name, pp(*v.r.Baseline), pp(v.r.Manifold), bown, own)
+		for _, v := range verbRows(r.Overhead) {
+			bown, own := "n/a", "n/a"
+			if v.r.BaselineOwn != nil && v.r.Own != nil {
+				bown, own = pp(*v.r.BaselineOwn), pp(*v.r.Own)
 			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", v.o.Delegates, v.o.Networks, v.name, pp(*v.r.Baseline), pp(v.r.Manifold), bown, own)
 		}
 		tw.Flush()
 	}
@@ -191,3 +171,19 @@ func (r *results) printTable(w io.Writer) {
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
+
+// verbRow is one line of a per-verb table: a pod shape and one of its verbs.
+type verbRow struct {
+	o    *overheadResult
+	name string
+	r    verbResult
+}
+
+// verbRows lists ADD then DEL of every pod shape.
+func verbRows(shapes []*overheadResult) []verbRow {
+	rows := make([]verbRow, 0, 2*len(shapes))
+	for _, o := range shapes {
+		rows = append(rows, verbRow{o, "ADD", o.Add}, verbRow{o, "DEL", o.Del})
+	}
+	return rows
+}
