@@ -150,20 +150,25 @@ func TestGenerateConfigFromConf(t *testing.T) {
 	if version != "0.4.0" {
 		t.Errorf("cniVersion %q, want the primary's 0.4.0", version)
 	}
-	// bandwidth is declared false in the primary, so it is not a capability.
-	wantPlugin := map[string]any{
-		"type":           "manifold",
-		"name":           DefaultNetworkName,
-		"cniVersion":     "0.4.0",
+	if want := bridgePlugin(o); !reflect.DeepEqual(plugin, want) {
+		t.Errorf("plugin\n got %v\nwant %v", plugin, want)
+	}
+}
+
+// bridgePlugin is the plugin generated in thin mode for bridgeConf as the
+// primary, with o's default paths.
+func bridgePlugin(o *Options) map[string]any {
+	return map[string]any{
+		"type":       "manifold",
+		"name":       DefaultNetworkName,
+		"cniVersion": "0.4.0",
+		// bandwidth is declared false in the primary, so it is not a capability.
 		"capabilities":   map[string]any{"portMappings": true},
 		"clusterNetwork": filepath.Join(o.HostCNIConfDir, "10-bridge.conf"),
 		"kubeconfig":     filepath.Join(o.HostCNIConfDir, "manifold.d", "manifold.kubeconfig"),
 		"cniDir":         "/var/lib/cni/manifold",
 		"binDir":         "/opt/cni/bin",
 		"logLevel":       "error",
-	}
-	if !reflect.DeepEqual(plugin, wantPlugin) {
-		t.Errorf("plugin\n got %v\nwant %v", plugin, wantPlugin)
 	}
 }
 
@@ -180,20 +185,10 @@ func TestGenerateConfigThick(t *testing.T) {
 			o.ShimBinary, o.Binary, DefaultShimBinary, DefaultOptions().Binary)
 	}
 	_, plugin := generate(t, o, "10-bridge.conf", bridgeConf)
-	wantPlugin := map[string]any{
-		"type":           "manifold-shim",
-		"daemonSocket":   "/run/manifold/manifold.sock",
-		"name":           DefaultNetworkName,
-		"cniVersion":     "0.4.0",
-		"capabilities":   map[string]any{"portMappings": true},
-		"clusterNetwork": filepath.Join(o.HostCNIConfDir, "10-bridge.conf"),
-		"kubeconfig":     filepath.Join(o.HostCNIConfDir, "manifold.d", "manifold.kubeconfig"),
-		"cniDir":         "/var/lib/cni/manifold",
-		"binDir":         "/opt/cni/bin",
-		"logLevel":       "error",
-	}
-	if !reflect.DeepEqual(plugin, wantPlugin) {
-		t.Errorf("plugin\n got %v\nwant %v", plugin, wantPlugin)
+	want := bridgePlugin(o)
+	want["type"], want["daemonSocket"] = "manifold-shim", "/run/manifold/manifold.sock"
+	if !reflect.DeepEqual(plugin, want) {
+		t.Errorf("plugin\n got %v\nwant %v", plugin, want)
 	}
 }
 

@@ -228,15 +228,7 @@ func TestRunThick(t *testing.T) {
 	checkBinaries()
 	assertNoTempFiles(t, n.o.CNIBinDir)
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v on stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not stop within 30s")
-	}
+	stopRun(t, cancel, done)
 	if _, err := os.Stat(n.confOut); !os.IsNotExist(err) {
 		t.Errorf("config after a stop with cleanup: %v, want it removed", err)
 	}
@@ -248,16 +240,9 @@ func TestRunThick(t *testing.T) {
 // the thin one leaves the config in place on its way out, and the thick one
 // turns it into a thick config, so the node never runs without manifold.
 func TestRunSwitchToThick(t *testing.T) {
-	thin := newTestNode(t, true)
-	thin.o.CleanupConfigOnExit = true
-	thin.writeConf(t, "10-bridge.conf", bridgeConf)
-	stopThin, thinDone := thin.start(t)
-	thin.wantClusterNetwork(t, "10-bridge.conf", "0.4.0")
-
-	thick := *thin
-	o := *thin.o
-	thick.o, thick.logs = &o, &testenv.SyncBuffer{}
-	thick.o.DaemonSocket = "/run/manifold/manifold-thick-x7k2p.sock"
+	thin, stopThin, thinDone := startedBridgeNode(t)
+	thick := thin.successor()
+	thick.o.DaemonSocket = "/run/manifold/manifold.sock"
 	stopThick, thickDone := thick.start(t)
 	eventually(t, "the thick installer waits", func() error { return logHas(thick.logs, "waiting for it to stop") })
 
@@ -336,16 +321,9 @@ func TestShutdownSparesOthersConfig(t *testing.T) {
 // the new one then takes over with its own token, and the last one stopping
 // removes the config.
 func TestRunDuringRollout(t *testing.T) {
-	old := newTestNode(t, true)
-	old.o.CleanupConfigOnExit = true
-	old.writeConf(t, "10-bridge.conf", bridgeConf)
-	stopOld, oldDone := old.start(t)
-	old.wantClusterNetwork(t, "10-bridge.conf", "0.4.0")
-
+	old, stopOld, oldDone := startedBridgeNode(t)
 	// The new pod has its own token volume.
-	newer := *old
-	o := *old.o
-	newer.o, newer.logs = &o, &testenv.SyncBuffer{}
+	newer := old.successor()
 	newer.saDir, newer.saGen = filepath.Join(old.root, "sa-new"), 0
 	if err := os.Mkdir(newer.saDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -360,8 +338,7 @@ func TestRunDuringRollout(t *testing.T) {
 	}
 
 	// An installer stopped while it waits leaves everything alone.
-	third := newer
-	third.logs = &testenv.SyncBuffer{}
+	third := newer.successor()
 	stopThird, thirdDone := third.start(t)
 	eventually(t, "a third installer waits", func() error { return logHas(third.logs, "waiting for it to stop") })
 	stopRun(t, stopThird, thirdDone)
@@ -397,4 +374,25 @@ func stopRun(t *testing.T, cancel func(), done <-chan error) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not stop within 30s")
 	}
+}
+
+// startedBridgeNode is a node with a bridge primary and an installer running
+// with --cleanup-config-on-exit, its config in place.
+func startedBridgeNode(t *testing.T) (*testNode, func(), <-chan error) {
+	t.Helper()
+	n := newTestNode(t, true)
+	n.o.CleanupConfigOnExit = true
+	n.writeConf(t, "10-bridge.conf", bridgeConf)
+	cancel, done := n.start(t)
+	n.wantClusterNetwork(t, "10-bridge.conf", "0.4.0")
+	return n, cancel, done
+}
+
+// successor is the next pod's installer on the same node, as a rollout starts
+// it: the same dirs and options (its own copy) and a log of its own.
+func (n *testNode) successor() *testNode {
+	next := *n
+	o := *n.o
+	next.o, next.logs = &o, &testenv.SyncBuffer{}
+	return &next
 }
