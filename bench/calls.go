@@ -37,8 +37,8 @@ type sample struct {
 	MaxRSSKiB, DelegateMaxRSSKiB int64
 }
 
-// Own is manifold's own time: its process lifetime minus the lifetimes of the
-// delegate processes it ran.
+// Own is manifold's own time: its process lifetime minus the time when at
+// least one of the delegate processes it started existed.
 func (s sample) Own() time.Duration { return s.Proc.Wall - s.Proc.Delegates }
 
 // add runs ADD for a sandbox in one arm.

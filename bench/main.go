@@ -118,7 +118,7 @@ func run(s settings, out string) (err error) {
 	res.Meta.Manifold, res.Meta.Plugins = b.manifold, b.plugins
 	res.Meta.About = about(b.manifold)
 	res.Meta.APIServerNote = filepath.Base(bins.KubeAPIServer) + " and " + filepath.Base(bins.Etcd) + " on 127.0.0.1, TLS, bearer token"
-	res.Meta.OwnTimeNote = "manifold_own = manifold's process lifetime minus the lifetimes of the delegate processes it ran, both from kernel process events (fork to exit)"
+	res.Meta.OwnTimeNote = "manifold_own = manifold's process lifetime minus the time when at least one delegate process it started existed (their lifetimes overlap, since manifold starts the next delegate early), both from kernel process events (fork to exit)"
 
 	want := func(section string) bool {
 		if s.only == "" {

@@ -15,8 +15,9 @@ type verbResult struct {
 	// Overhead is the per-iteration difference manifold minus reference
 	// (each iteration measures both, back to back).
 	Overhead dist `json:"overhead"`
-	// Own is manifold's own time: its process lifetime minus the lifetimes of
-	// the delegate processes it ran, from kernel process events. Before,
+	// Own is manifold's own time: its process lifetime minus the time when
+	// at least one delegate process it started existed, from kernel process
+	// events. Before,
 	// Between and After split it: up to the first delegate, between
 	// delegates, and after the last one.
 	Own       *dist `json:"manifold_own,omitempty"`

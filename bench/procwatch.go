@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -162,12 +163,12 @@ func (w *procWatch) event(d []byte) {
 // procTimes is manifold's process as the kernel saw it.
 type procTimes struct {
 	Wall time.Duration // fork to exit
-	// Delegates is the summed lifetime (fork to exit) of the processes it
-	// started; Count is how many.
+	// Delegates is the time during which at least one of the processes it
+	// started existed (fork to exit); Count is how many it started.
 	Delegates time.Duration
 	Count     int
-	// Before is fork to the first child's fork, Between the gaps between
-	// children, After the last child's exit to exit.
+	// Before is fork to the first child's fork, Between the gaps when no
+	// child existed, After the last child's exit to exit.
 	Before, Between, After time.Duration
 }
 
@@ -212,26 +213,33 @@ func (w *procWatch) childrenDone(p *procLife) bool {
 
 func (w *procWatch) times(p *procLife) procTimes {
 	t := procTimes{Wall: time.Duration(p.exit - p.fork)}
-	prevEnd := p.fork
+	var lives [][2]uint64
 	for _, c := range p.children {
-		cp, ok := w.procs[c]
-		if !ok {
-			continue
+		if cp, ok := w.procs[c]; ok {
+			lives = append(lives, [2]uint64{cp.fork, cp.exit})
 		}
-		t.Count++
-		t.Delegates += time.Duration(cp.exit - cp.fork)
-		gap := time.Duration(cp.fork - prevEnd)
-		if t.Count == 1 {
-			t.Before = gap
-		} else {
-			t.Between += gap
-		}
-		prevEnd = cp.exit
 	}
-	t.After = time.Duration(p.exit - prevEnd)
+	t.Count = len(lives)
 	if t.Count == 0 {
-		t.Before, t.After = t.Wall, 0
+		t.Before = t.Wall
+		return t
 	}
+	// manifold starts a delegate's process before its turn (docs/performance.md),
+	// so lifetimes overlap: count the time when at least one delegate process
+	// existed, once.
+	sort.Slice(lives, func(i, j int) bool { return lives[i][0] < lives[j][0] })
+	t.Before = time.Duration(lives[0][0] - p.fork)
+	start, end := lives[0][0], lives[0][1]
+	for _, l := range lives[1:] {
+		if l[0] > end {
+			t.Delegates += time.Duration(end - start)
+			t.Between += time.Duration(l[0] - end)
+			start = l[0]
+		}
+		end = max(end, l[1])
+	}
+	t.Delegates += time.Duration(end - start)
+	t.After = time.Duration(p.exit - end)
 	return t
 }
 
