@@ -30,6 +30,10 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		}
 	}()
 
+	// The first delegate's process may already be waiting (plugin ADD starts
+	// it while the API is read); it gets its config only after Save.
+	r.ExpectAdd(rec)
+	defer r.Prestart.Close()
 	if err := r.Store.Save(rec); err != nil {
 		return nil, err
 	}
@@ -42,6 +46,7 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 			results = append(results, res)
 			continue
 		}
+		r.Prestart.Close()
 		r.rollback(ctx, rec, i)
 		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
 			r.Log.Warn("remove scratch record after rollback", "error", rmErr)

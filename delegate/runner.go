@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -30,6 +32,10 @@ type Runner struct {
 	LockTimeout time.Duration
 	// RetryDeleteOnError keeps the record when a delegate DEL fails.
 	RetryDeleteOnError bool
+	// Prestart, when set, is the Exec that CNI runs plugins with: ADD and
+	// DEL tell it the plugin calls to expect, so that it can start each
+	// process before its turn. CNI must then be a *libcni.CNIConfig.
+	Prestart *Exec
 }
 
 // NewCNI returns the libcni runner used in production: plugins are looked up in
@@ -81,6 +87,62 @@ func runtimeConf(rec *scratch.Record, att *netconf.Attachment) *libcni.RuntimeCo
 		Args:           netconf.DelegateArgs(rec.RuntimeArgs, att.CNIArgs),
 		CapabilityArgs: att.RuntimeConfig,
 	}
+}
+
+// ExpectAdd tells Prestart that an ADD of rec's attachments comes next, so
+// that the first plugin's process starts now. ADD may know only the default
+// network at this point; Add itself gives the full list.
+func (r *Runner) ExpectAdd(rec *scratch.Record) {
+	atts := make([]*netconf.Attachment, len(rec.Attachments))
+	for i := range rec.Attachments {
+		atts[i] = &rec.Attachments[i]
+	}
+	r.expect("ADD", rec, atts)
+}
+
+// expect tells Prestart the plugin calls that running cmd ("ADD" or "DEL")
+// on atts, in that order, will make: for each attachment, each plugin of its
+// conflist (in reverse for DEL, as libcni runs them), with the path and
+// environment that libcni will pass. It stops at the first attachment it
+// cannot predict; a wrong prediction costs only the early start.
+func (r *Runner) expect(cmd string, rec *scratch.Record, atts []*netconf.Attachment) {
+	cfg, ok := r.CNI.(*libcni.CNIConfig)
+	if r.Prestart == nil || !ok {
+		return
+	}
+	var calls []Call
+	for _, att := range atts {
+		list, err := confList(att)
+		if err != nil {
+			break
+		}
+		rt := runtimeConf(rec, att)
+		if cmd == "DEL" && netnsGone(rt.NetNS) {
+			rt.NetNS = ""
+		}
+		env := (&invoke.Args{
+			Command:     cmd,
+			ContainerID: rt.ContainerID,
+			NetNS:       rt.NetNS,
+			PluginArgs:  rt.Args,
+			IfName:      rt.IfName,
+			Path:        strings.Join(cfg.Path, string(os.PathListSeparator)),
+		}).AsEnv()
+		plugins := list.Plugins
+		if cmd == "DEL" {
+			plugins = slices.Clone(plugins)
+			slices.Reverse(plugins)
+		}
+		for _, p := range plugins {
+			path, err := r.Prestart.FindInPath(p.Network.Type, cfg.Path)
+			if err != nil {
+				r.Prestart.Expect(calls)
+				return
+			}
+			calls = append(calls, Call{Path: path, Env: env})
+		}
+	}
+	r.Prestart.Expect(calls)
 }
 
 // confList parses an attachment's stored conflist for libcni.

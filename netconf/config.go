@@ -60,6 +60,8 @@ type Config struct {
 	MultusNamespace        string            `json:"multusNamespace,omitempty"`
 	ReadinessIndicatorFile string            `json:"readinessindicatorfile,omitempty"`
 	RetryDeleteOnError     bool              `json:"retryDeleteOnError,omitempty"`
+	// RawPrestartDelegates is "prestartDelegates"; unset means true.
+	RawPrestartDelegates *bool `json:"prestartDelegates,omitempty"`
 
 	// RuntimeConfig carries the runtime's capability arguments (portMappings,
 	// bandwidth, ...). They go to the default network only.
@@ -93,6 +95,12 @@ func ParseConfig(stdin []byte) (*Config, error) {
 		return nil, Invalid("invalid manifold config: %v", err)
 	}
 	return c, nil
+}
+
+// PrestartDelegates reports whether a delegate's process may be started before
+// its turn, and given its config when the turn comes (docs/performance.md).
+func (c *Config) PrestartDelegates() bool {
+	return c.RawPrestartDelegates == nil || *c.RawPrestartDelegates
 }
 
 func (c *Config) validate() error {

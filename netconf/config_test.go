@@ -29,6 +29,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"lockTimeout", c.LockTimeout, DefaultLockTimeout},
 		{"namespaceIsolation", c.NamespaceIsolation, false},
 		{"retryDeleteOnError", c.RetryDeleteOnError, false},
+		{"prestartDelegates", c.PrestartDelegates(), true},
 		{"logLevel", c.LogLevel, ""},
 	}
 	for _, ch := range checks {
@@ -53,6 +54,7 @@ func TestParseConfigEveryKey(t *testing.T) {
 	  "logOptions":{"maxAge":5,"maxSize":100,"maxBackups":3,"compress":true},
 	  "namespaceIsolation":true,"globalNamespaces":" x , y ,,","systemNamespaces":["s1","s2"],
 	  "multusNamespace":"sys","readinessindicatorfile":"/run/ready","retryDeleteOnError":true,
+	  "prestartDelegates":false,
 	  "runtimeConfig":{"portMappings":[{"hostPort":1,"containerPort":2,"protocol":"tcp"}]},
 	  "apiTimeout":"2s","podWaitTimeout":"0s","readinessTimeout":"1h","lockTimeout":"90s",
 	  "someUnknownKey":{"is":"ignored"}}`
@@ -83,6 +85,7 @@ func TestParseConfigEveryKey(t *testing.T) {
 		{"multusNamespace", c.MultusNamespace, "sys"},
 		{"readinessindicatorfile", c.ReadinessIndicatorFile, "/run/ready"},
 		{"retryDeleteOnError", c.RetryDeleteOnError, true},
+		{"prestartDelegates", c.PrestartDelegates(), false},
 		{"runtimeConfig", len(c.RuntimeConfig), 1},
 		{"apiTimeout", c.APITimeout, 2 * time.Second},
 		{"podWaitTimeout", c.PodWaitTimeout, time.Duration(0)},
@@ -131,6 +134,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative lockTimeout", `{` + base + `,"lockTimeout":"-1s"}`, []string{`"lockTimeout"`, "-1s"}},
 		{"huge readinessTimeout", `{` + base + `,"readinessTimeout":"2h"}`, []string{`"readinessTimeout"`, "2h"}},
 		{"wrong type", `{` + base + `,"namespaceIsolation":"yes"}`, []string{`"namespaceIsolation"`, "bool"}},
+		{"wrong type prestartDelegates", `{` + base + `,"prestartDelegates":"no"}`, []string{`"prestartDelegates"`, "bool"}},
 		{"wrong type list", `{` + base + `,"systemNamespaces":"kube-system"}`, []string{`"systemNamespaces"`}},
 		{"wrong type nested", `{` + base + `,"logOptions":{"maxSize":"big"}}`, []string{"maxSize"}},
 		{"wrong type delegates", `{"cniVersion":"1.0.0","delegates":{"type":"x"}}`, []string{`"delegates"`}},

@@ -43,6 +43,7 @@ func (p *plugin) add(c *call) error {
 	if err := waitReadiness(ctx, c.conf.ReadinessIndicatorFile, c.conf.ReadinessTimeout); err != nil {
 		return err
 	}
+	p.expectDefault(ctx, c)
 	pc, err := p.lookupPod(ctx, c)
 	if err != nil {
 		return err
@@ -70,11 +71,33 @@ func (p *plugin) add(c *call) error {
 		return fmt.Errorf("convert result of default network %s to cniVersion %s: %w", atts[0].DisplayName(), c.conf.CNIVersion, err)
 	}
 	if p.reports != nil {
-		p.reports.start(c.args.ContainerID, func() { p.report(ctx, c, pc, atts, results) })
+		p.reports.start(c.args.ContainerID, p.answered, func() { p.report(ctx, c, pc, atts, results) })
 	} else {
 		p.report(ctx, c, pc, atts, results)
 	}
 	return res.PrintTo(p.stdout)
+}
+
+// expectDefault starts the default network's plugin process while the pod and
+// its NADs are read (docs/performance.md, "Starting delegates early"). It
+// predicts the default network from the static config alone; when the pod or a
+// NAD turns out to change it, the process is killed unused.
+func (p *plugin) expectDefault(ctx context.Context, c *call) {
+	if c.runner.Prestart == nil {
+		return
+	}
+	atts, err := staticNetworks(ctx, c.conf, nil, c.pod)
+	if err != nil || len(atts) == 0 {
+		return
+	}
+	att := atts[0]
+	att.IfName = c.args.IfName
+	c.runner.ExpectAdd(&scratch.Record{
+		ContainerID: c.args.ContainerID,
+		NetNS:       c.args.Netns,
+		RuntimeArgs: c.cniArgs,
+		Attachments: []netconf.Attachment{att},
+	})
 }
 
 // lookupPod finds the pod when there is an API server and the runtime named a

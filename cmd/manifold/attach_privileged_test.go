@@ -389,3 +389,58 @@ func gatewayOf(cidr string) string {
 	gw[3]++
 	return gw.String()
 }
+
+// TestDelegatesStartEarly: with real delegates, every delegate process that
+// manifold starts before its turn is the one that serves the call (so the
+// predicted path and environment match libcni's exactly), for ADD and DEL, the
+// default network's included; with prestartDelegates off none is started.
+func TestDelegatesStartEarly(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prestartDelegates=%v", on), func(t *testing.T) {
+			n := newNode(t)
+			parent := testenv.VethParent(t)
+			ctx := context.Background()
+			logFile := filepath.Join(t.TempDir(), "manifold.log")
+			conf := testenv.Conf(t, n.manifoldConf(t, "1.0.0",
+				map[string]any{"logLevel": "debug", "logFile": logFile, "prestartDelegates": on},
+				n.bridgeConf("1.0.0", "10.209.1.0/24"),
+				n.macvlanConf("1.0.0", parent, "10.209.2.0/24"),
+				ptpConf("1.0.0", "10.209.3.7/24")))
+			pod, netns := newPod(t)
+			if _, err := n.rt.Add(ctx, conf, pod); err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
+			if got := podLinks(t, netns); len(got) != 3 {
+				t.Errorf("pod links = %v, want eth0, net1, net2", got)
+			}
+			if err := n.rt.Del(ctx, conf, pod); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			if got := leases(t, n.leaseDir); len(got) != 0 {
+				t.Errorf("leases after DEL = %v, want none", got)
+			}
+			b, err := os.ReadFile(logFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stats []string
+			for _, line := range strings.Split(string(b), "\n") {
+				var e struct {
+					Msg, Cmd                 string
+					Started, Used, Discarded int
+				}
+				if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "delegate processes started early" {
+					stats = append(stats, fmt.Sprintf("%s %d/%d/%d", e.Cmd, e.Started, e.Used, e.Discarded))
+				}
+			}
+			want := "ADD 3/3/0,DEL 3/3/0" // started/used/discarded
+			if !on {
+				want = ""
+			}
+			if got := strings.Join(stats, ","); got != want {
+				t.Errorf("early starts (started/used/discarded) = %q, want %q", got, want)
+			}
+		})
+	}
+}

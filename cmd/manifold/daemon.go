@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifold-cni/manifold/delegate"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
@@ -64,9 +63,7 @@ func runDaemon(args []string) int {
 	}
 	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "version", Version)
 	d := newDaemon(log)
-	if *hostRoot != "" {
-		d.plugin.exec = &delegate.ChrootExec{Root: *hostRoot}
-	}
+	d.plugin.hostRoot = *hostRoot
 	err = d.serve(ctx, ln)
 	d.plugin.reports.drain()
 	if err != nil {
@@ -209,12 +206,23 @@ func (d *daemon) handle(conn *net.UnixConn) {
 		return
 	}
 	conn.SetDeadline(time.Time{})
-	rep := d.plugin.serveCall(req)
+	answered := make(chan struct{})
+	defer close(answered)
+	rep := d.plugin.serveCall(req, answered)
 	conn.SetDeadline(time.Now().Add(ioTimeout))
 	if err := shimproto.WriteReply(conn, rep); err != nil {
 		d.log.Warn("answer not delivered to the shim", "cmd", req.Getenv("CNI_COMMAND"), "containerID", req.Getenv("CNI_CONTAINERID"), "error", err)
+		return
 	}
+	// The shim prints the answer and exits, and the runtime goes on with the
+	// pod. The status write waits for the hang-up (bounded), so that it does
+	// not compete with that for the CPU.
+	conn.SetReadDeadline(time.Now().Add(hangupWait))
+	io.Copy(io.Discard, io.LimitReader(conn, 1))
 }
+
+// hangupWait bounds how long a status write waits for the shim to hang up.
+const hangupWait = 100 * time.Millisecond
 
 // apiCache keeps one API client per kubeconfig and timeout, so that calls share
 // a warm connection.

@@ -68,17 +68,23 @@ func TestAPICache(t *testing.T) {
 	}
 }
 
-// TestReportsOrder: writes for one container run one after another, and wait
-// returns only when the container's writes are done (or at the bound).
+// TestReportsOrder: writes for one container run one after another, a write
+// starts only once its call's answer is delivered, and wait returns only when
+// the container's writes are done (or at the bound).
 func TestReportsOrder(t *testing.T) {
 	r := &reports{}
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-	r.start("c1", func() { <-release; note("first") })
-	r.start("c1", func() { note("second") })
-	r.start("c2", func() { note("other") })
+	answered := make(chan struct{})
+	r.start("c1", nil, func() { <-release; note("first") })
+	r.start("c1", nil, func() { note("second") })
+	r.start("c2", answered, func() { note("other") })
+	if r.wait("c2", 50*time.Millisecond) {
+		t.Fatal("c2's write ran before its answer was delivered")
+	}
+	close(answered)
 	if !r.wait("c2", 10*time.Second) {
 		t.Fatal("c2's write should not wait for c1's")
 	}

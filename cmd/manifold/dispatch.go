@@ -47,11 +47,13 @@ func about() string { return "manifold " + Version + ": a CNI meta-plugin for Ku
 
 // serveCall runs one CNI call from the shim and returns what the binary would
 // have printed, and its exit code.
-func (p *plugin) serveCall(req *shimproto.Request) *shimproto.Reply {
+// answered is closed by the caller once the answer is delivered; status writes
+// wait for it.
+func (p *plugin) serveCall(req *shimproto.Request, answered <-chan struct{}) *shimproto.Reply {
 	var stdout strings.Builder
 	stderr := &callStderr{after: p.stderr}
 	cp := *p
-	cp.stdout, cp.stderr = &stdout, stderr
+	cp.stdout, cp.stderr, cp.answered = &stdout, stderr, answered
 	rep := &shimproto.Reply{}
 	if err := cp.dispatch(req); err != nil {
 		// As skel: the error follows whatever the verb printed.

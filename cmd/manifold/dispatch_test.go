@@ -92,7 +92,7 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 				}
 				exit = ee.ExitCode()
 			}
-			rep := d.plugin.serveCall(&shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)})
+			rep := d.plugin.serveCall(&shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil)
 			if rep.ExitCode != exit || !bytes.Equal(rep.Stdout, stdout.Bytes()) {
 				t.Errorf("daemon: exit %d, stdout %q\nbinary: exit %d, stdout %q", rep.ExitCode, rep.Stdout, exit, stdout.Bytes())
 			}

@@ -20,10 +20,12 @@ import (
 
 // plugin holds what the verbs depend on, so tests can swap them.
 type plugin struct {
-	exec   invoke.Exec // nil: run plugin binaries for real
-	stdout io.Writer
-	stderr io.Writer
-	now    func() time.Time
+	exec invoke.Exec // nil: run plugin binaries for real, through delegate.Exec
+	// hostRoot is the daemon's --host-root: delegates run chrooted into it.
+	hostRoot string
+	stdout   io.Writer
+	stderr   io.Writer
+	now      func() time.Time
 	// newAPI builds the API client; tests replace it.
 	newAPI func(conf *netconf.Config) (podAPI, error)
 	// logs is the daemon's shared log files; nil in the binary, where each
@@ -32,6 +34,9 @@ type plugin struct {
 	// reports is the daemon's status writes in flight; nil in the binary,
 	// which writes the status before it answers.
 	reports *reports
+	// answered, in a daemon call, is closed once the answer is delivered and
+	// the shim has gone: the status write waits for it.
+	answered <-chan struct{}
 }
 
 func newPlugin() *plugin {
@@ -52,6 +57,8 @@ type call struct {
 	log      *slog.Logger
 	closeLog func()
 	runner   *delegate.Runner
+	// exec runs the delegates; nil when a test supplied plugin.exec.
+	exec *delegate.Exec
 }
 
 // envError is a CNI environment that manifold refuses (code 4).
@@ -95,12 +102,20 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	}
 	c.pod = netconf.PodFromArgs(c.cniArgs)
 	c.log = c.log.With("pod", c.pod.String())
+	ex := p.exec
+	if ex == nil {
+		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr}
+		ex = c.exec
+	}
 	c.runner = &delegate.Runner{
-		CNI:                delegate.NewCNI(conf.BinDir, args.Path, conf.CNIDir, p.exec),
+		CNI:                delegate.NewCNI(conf.BinDir, args.Path, conf.CNIDir, ex),
 		Store:              &scratch.Store{Dir: conf.CNIDir},
 		Log:                c.log,
 		LockTimeout:        conf.LockTimeout,
 		RetryDeleteOnError: conf.RetryDeleteOnError,
+	}
+	if c.exec != nil && conf.PrestartDelegates() {
+		c.runner.Prestart = c.exec
 	}
 	return c, envErr
 }
@@ -118,6 +133,8 @@ func (p *plugin) start(cmd string, args *skel.CmdArgs) (*call, error) {
 // the runtime sees: the code is kept, and the message names the pod.
 func (c *call) finish(err error) error {
 	defer c.closeLog()
+	c.exec.Close()
+	c.exec.LogStats(c.log)
 	if err == nil {
 		return nil
 	}

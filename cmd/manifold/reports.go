@@ -21,8 +21,9 @@ type reports struct {
 	wg      sync.WaitGroup
 }
 
-// start runs write in the background for containerID.
-func (r *reports) start(containerID string, write func()) {
+// start runs write in the background for containerID, once after is closed
+// (nil: at once).
+func (r *reports) start(containerID string, after <-chan struct{}, write func()) {
 	done := make(chan struct{})
 	r.mu.Lock()
 	prev := r.pending[containerID]
@@ -42,6 +43,9 @@ func (r *reports) start(containerID string, write func()) {
 		}()
 		if prev != nil {
 			<-prev
+		}
+		if after != nil {
+			<-after
 		}
 		write()
 	})

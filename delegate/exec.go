@@ -1,0 +1,378 @@
+package delegate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// DefaultPrestartGuard is how long a started process may wait for its turn
+// (Exec.Guard).
+const DefaultPrestartGuard = 5 * time.Second
+
+// Exec runs delegate plugins for libcni. It can start the process of the call
+// that it expects next before that call's turn (docs/performance.md, "Starting
+// delegates early"), so the plugin's start-up (for a Go plugin, about 10 ms of
+// runtime start and page faults) overlaps what comes before its turn.
+//
+// A started process is given its config on stdin only when its turn comes, in
+// order, after the call before it has returned; until then it has only its
+// environment, and a CNI plugin reads its config before it acts. A process
+// that is not used (the calls went another way, the ADD failed, or Close) is
+// killed and reaped before it has read anything.
+//
+// One Exec serves one CNI call; it is not shared between calls.
+type Exec struct {
+	// Root, when set, is the host's root filesystem as mounted in the node
+	// daemon's container: plugins run chrooted into it, and their paths are
+	// paths inside it (manifold daemon --host-root).
+	Root string
+	// Stderr receives a plugin's stderr after it succeeded, as with libcni's
+	// own exec; nil discards it.
+	Stderr io.Writer
+	// Guard bounds how long a started process waits for its turn. Past it
+	// the process is killed, and started again when its turn comes. This
+	// undoes the one way an early start could block: a plugin that took a
+	// lock that the call before it needs, before reading stdin. 0 means
+	// DefaultPrestartGuard.
+	Guard time.Duration
+
+	mu    sync.Mutex
+	plan  []Call // the calls expected next, in order
+	next  *proc  // started for plan[0]; nil if none
+	stats PrestartStats
+}
+
+var _ invoke.Exec = (*Exec)(nil)
+
+// Call is one expected plugin run: what libcni will pass to ExecPlugin.
+type Call struct {
+	Path string
+	Env  []string
+}
+
+// equal compares the environments as sets: libcni builds them through a map,
+// so the order differs from one build to the next.
+func (c Call) equal(path string, env []string) bool {
+	if c.Path != path || len(c.Env) != len(env) {
+		return false
+	}
+	a, b := slices.Clone(c.Env), slices.Clone(env)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// PrestartStats counts what became of started processes.
+type PrestartStats struct {
+	Started   int // processes started before their turn
+	Used      int // of those, given their call
+	Discarded int // killed unused: a different call came, Expect or Close, or the guard
+}
+
+// Expect sets the calls that come next, in order, and starts the first one's
+// process. A process already waiting for exactly that call is kept. A nil or
+// empty list stops any waiting process. Nil-safe, so that callers need not
+// know whether early starts are on.
+func (e *Exec) Expect(calls []Call) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.plan = slices.Clone(calls)
+	var stale *proc
+	if e.next != nil && (len(calls) == 0 || !calls[0].equal(e.next.call.Path, e.next.call.Env)) {
+		stale, e.next = e.next, nil
+		stale.guard.Stop()
+		e.stats.Discarded++
+	}
+	e.startNextLocked()
+	e.mu.Unlock()
+	stale.kill()
+}
+
+// Close stops any waiting process. It is safe to call more than once, and on nil.
+func (e *Exec) Close() {
+	e.Expect(nil)
+}
+
+// LogStats logs, at debug level, what became of the processes started early,
+// if there were any.
+func (e *Exec) LogStats(log *slog.Logger) {
+	if e == nil {
+		return
+	}
+	if s := e.Stats(); s.Started > 0 {
+		log.Debug("delegate processes started early", "started", s.Started, "used", s.Used, "discarded", s.Discarded)
+	}
+}
+
+// Stats reports what became of the processes started early so far.
+func (e *Exec) Stats() PrestartStats {
+	if e == nil {
+		return PrestartStats{}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+// startNextLocked starts plan[0]'s process if there is none, in the
+// background: the fork and exec take a millisecond or more, and the caller has
+// its own work to do meanwhile. A failure to start is not an error here: the
+// call starts its own process when its turn comes. A process still waiting
+// after Guard is killed (and started again when its turn comes).
+func (e *Exec) startNextLocked() {
+	if e.next != nil || len(e.plan) == 0 {
+		return
+	}
+	p := &proc{call: e.plan[0], started: make(chan struct{})}
+	go func() {
+		p.err = e.startProc(p)
+		close(p.started)
+	}()
+	guard := e.Guard
+	if guard <= 0 {
+		guard = DefaultPrestartGuard
+	}
+	p.guard = time.AfterFunc(guard, func() {
+		e.mu.Lock()
+		if e.next != p {
+			e.mu.Unlock()
+			return
+		}
+		e.next = nil
+		e.stats.Discarded++
+		e.mu.Unlock()
+		p.kill()
+	})
+	e.next = p
+	e.stats.Started++
+}
+
+// take returns the process waiting for this call, or nil, and moves the plan
+// on. A call the plan did not expect ends the plan, and the process waiting
+// for another call is returned as stale.
+func (e *Exec) take(path string, env []string) (mine, stale *proc) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	expected := len(e.plan) > 0 && e.plan[0].equal(path, env)
+	if expected {
+		e.plan = e.plan[1:]
+	} else {
+		e.plan = nil
+	}
+	p := e.next
+	e.next = nil
+	if p == nil {
+		return nil, nil
+	}
+	p.guard.Stop()
+	if !expected {
+		e.stats.Discarded++
+		return nil, p
+	}
+	return p, nil
+}
+
+// startNext starts the next expected call's process while the current call
+// runs.
+func (e *Exec) startNext() {
+	e.mu.Lock()
+	e.startNextLocked()
+	e.mu.Unlock()
+}
+
+// outputDelay bounds the wait for a plugin's output after the plugin exited
+// or was killed.
+const outputDelay = time.Second
+
+// busyRetries is how often a plugin that is being replaced ("text file
+// busy") is tried again, a second apart, as libcni's own exec does.
+const busyRetries = 5
+
+// ExecPlugin runs the plugin at pluginPath with stdinData and environ, using
+// the process started for this call if there is one. A failure is returned as
+// the plugin's CNI error when it printed one, as libcni does.
+func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	p, stale := e.take(pluginPath, environ)
+	stale.kill()
+	if p != nil {
+		<-p.started
+		e.mu.Lock()
+		if p.err == nil {
+			e.stats.Used++
+		} else {
+			p = nil // it could not be started early; try again now
+		}
+		e.mu.Unlock()
+	}
+	for attempt := 0; p == nil; attempt++ {
+		p = &proc{call: Call{Path: pluginPath, Env: environ}}
+		err := e.startProc(p)
+		if err == nil {
+			break
+		}
+		p = nil
+		if !errors.Is(err, syscall.ETXTBSY) || attempt >= busyRetries {
+			return nil, e.pluginError(pluginPath, err, nil, nil)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	done := p.give(ctx, stdinData)
+	e.startNext()
+	err := <-done
+	if err != nil {
+		return nil, e.pluginError(pluginPath, err, p.stdout.Bytes(), p.stderr.Bytes())
+	}
+	if e.Stderr != nil && p.stderr.Len() > 0 {
+		e.Stderr.Write(p.stderr.Bytes())
+	}
+	return p.stdout.Bytes(), nil
+}
+
+// FindInPath finds plugin in paths; under Root, as seen from Root, returning
+// its path inside Root.
+func (e *Exec) FindInPath(plugin string, paths []string) (string, error) {
+	if e.Root == "" {
+		return invoke.FindInPath(plugin, paths)
+	}
+	rooted := make([]string, len(paths))
+	for i, p := range paths {
+		rooted[i] = filepath.Join(e.Root, p)
+	}
+	full, err := invoke.FindInPath(plugin, rooted)
+	if err != nil {
+		return "", fmt.Errorf("find plugin %q under host root %s: %w", plugin, e.Root, err)
+	}
+	return "/" + strings.TrimPrefix(strings.TrimPrefix(full, filepath.Clean(e.Root)), "/"), nil
+}
+
+// Decode reads a plugin's VERSION answer.
+func (e *Exec) Decode(jsonBytes []byte) (version.PluginInfo, error) {
+	return (&version.PluginDecoder{}).Decode(jsonBytes)
+}
+
+// proc is a plugin process that has not yet been given its stdin.
+type proc struct {
+	call Call
+	// started is closed once the start has been tried, err is its outcome;
+	// nil started: the start was tried before the proc was shared.
+	started chan struct{}
+	err     error
+	guard   *time.Timer // kills the process if its turn does not come in time
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	stdout  bytes.Buffer
+	stderr  bytes.Buffer
+}
+
+func (e *Exec) startProc(p *proc) error {
+	cmd := exec.Command(p.call.Path)
+	cmd.Env = p.call.Env
+	if e.Root != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: e.Root}
+		cmd.Dir = "/"
+	}
+	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
+	// A process the plugin left behind may hold its stdout open; past this,
+	// after the plugin's own exit, Wait stops waiting for it.
+	cmd.WaitDelay = outputDelay
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		stdin.Close()
+		return err
+	}
+	p.cmd, p.stdin = cmd, stdin
+	return nil
+}
+
+// give writes the call's stdin and returns a channel that receives the
+// process's exit. ctx ending kills the process.
+func (p *proc) give(ctx context.Context, stdin []byte) <-chan error {
+	go func() {
+		// A plugin that exits without reading all of it makes this fail;
+		// its exit status is what counts.
+		p.stdin.Write(stdin)
+		p.stdin.Close()
+	}()
+	waited := make(chan error, 1)
+	go func() {
+		err := p.cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil // the plugin exited with success; only a leftover child held its output
+		}
+		waited <- err
+	}()
+	done := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-waited:
+			done <- err
+		case <-ctx.Done():
+			p.cmd.Process.Kill()
+			<-waited
+			done <- ctx.Err()
+		}
+	}()
+	return done
+}
+
+// kill stops a process that was never given its stdin, and reaps it. Nil-safe.
+func (p *proc) kill() {
+	if p == nil {
+		return
+	}
+	if p.started != nil {
+		<-p.started
+	}
+	if p.err != nil || p.cmd == nil {
+		return
+	}
+	p.cmd.Process.Kill()
+	p.stdin.Close()
+	p.cmd.Wait()
+}
+
+// pluginError is the plugin's own CNI error from its stdout, or else one that
+// says what is known.
+func (e *Exec) pluginError(path string, err error, stdout, stderr []byte) error {
+	var cniErr types.Error
+	where := path
+	if e.Root != "" {
+		where += " (under host root " + e.Root + ")"
+	}
+	switch {
+	case len(stdout) > 0 && json.Unmarshal(stdout, &cniErr) == nil:
+		return &cniErr
+	case len(stdout) > 0:
+		cniErr.Msg = fmt.Sprintf("plugin %s failed, and its output is not a CNI error: %q", where, stdout)
+	case len(stderr) > 0:
+		cniErr.Msg = fmt.Sprintf("plugin %s failed: %q", where, stderr)
+	default:
+		cniErr.Msg = fmt.Sprintf("plugin %s failed with no message: %v", where, err)
+	}
+	return &cniErr
+}
