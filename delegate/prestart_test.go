@@ -34,6 +34,10 @@ func scriptPlugin(t *testing.T, dir, name, before, after string) string {
 	return path
 }
 
+// idle makes the tests independent of the machine's load: every early start
+// happens.
+func idle() bool { return false }
+
 func call(path, cmd, ifname string) Call {
 	return Call{Path: path, Env: []string{"CNI_COMMAND=" + cmd, "CNI_CONTAINERID=c1", "CNI_IFNAME=" + ifname, "PATH=/usr/bin:/bin"}}
 }
@@ -81,7 +85,7 @@ func run(t *testing.T, e *Exec, c Call, stdin string) []byte {
 func twoCalls(t *testing.T) (dir string, e *Exec, a, b Call) {
 	dir = t.TempDir()
 	p := scriptPlugin(t, dir, "p", "", "")
-	e = &Exec{}
+	e = &Exec{Busy: idle}
 	t.Cleanup(e.Close)
 	a, b = call(p, "ADD", "eth0"), call(p, "ADD", "net1")
 	e.Expect([]Call{a, b})
@@ -144,7 +148,7 @@ func TestExecUnexpectedCall(t *testing.T) {
 func TestExecCloseReapsWaiting(t *testing.T) {
 	dir := t.TempDir()
 	p := scriptPlugin(t, dir, "p", "", "")
-	e := &Exec{}
+	e := &Exec{Busy: idle}
 	e.Expect([]Call{call(p, "ADD", "eth0")})
 	waitStarted(t, dir, "ADD", "eth0")
 	e.mu.Lock()
@@ -177,7 +181,7 @@ func TestExecGuardBreaksLockBeforeStdin(t *testing.T) {
 	// the two always meet in that order.
 	first := scriptPlugin(t, dir, "first", "", "i=0; while [ ! -e "+held+" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; flock "+lock+" true")
 	second := scriptPlugin(t, dir, "second", "exec 9>"+lock+"; flock 9; touch "+held, "")
-	e := &Exec{Guard: 500 * time.Millisecond}
+	e := &Exec{Guard: 500 * time.Millisecond, Busy: idle}
 	defer e.Close()
 	a, b := call(first, "ADD", "eth0"), call(second, "ADD", "net1")
 	e.Expect([]Call{a, b})
@@ -228,7 +232,7 @@ func scriptAtt(name, ifname string, types ...string) netconf.Attachment {
 }
 
 func scriptRunner(t *testing.T, binDir string) (*Runner, *Exec) {
-	e := &Exec{}
+	e := &Exec{Busy: idle}
 	return &Runner{
 		CNI:      NewCNI(binDir, "", t.TempDir(), e),
 		Store:    &scratch.Store{Dir: t.TempDir()},
@@ -307,4 +311,50 @@ func children(t *testing.T) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// On a busy node nothing starts early, and the calls run as usual.
+func TestExecNoEarlyStartWhenBusy(t *testing.T) {
+	dir := t.TempDir()
+	p := scriptPlugin(t, dir, "p", "", "")
+	e := &Exec{Busy: func() bool { return true }}
+	defer e.Close()
+	a, b := call(p, "ADD", "eth0"), call(p, "ADD", "net1")
+	e.Expect([]Call{a, b})
+	if _, ok := stdinOf(t, dir, "ADD", "eth0"); ok {
+		t.Fatal("a process was started early on a busy node")
+	}
+	run(t, e, a, "config-a")
+	run(t, e, b, "config-b")
+	if got, _ := stdinOf(t, dir, "ADD", "net1"); got != "config-b" {
+		t.Errorf("net1's plugin read %q, want config-b", got)
+	}
+	if s := e.Stats(); s != (PrestartStats{Skipped: 2}) {
+		t.Errorf("stats %+v, want 2 skipped and nothing started", s)
+	}
+}
+
+// busyFrom: more runnable tasks than CPUs is busy; text it cannot read is not.
+func TestBusyFrom(t *testing.T) {
+	for _, tc := range []struct {
+		loadavg string
+		ncpu    int
+		want    bool
+	}{
+		{"0.52 0.58 0.59 2/467 1234\n", 2, false},
+		{"0.52 0.58 0.59 3/467 1234\n", 2, true},
+		{"9.00 9.00 9.00 9/467 1234\n", 16, false},
+		{"0.52 0.58 0.59", 2, false},
+		{"a b c x/y z", 2, false},
+		{"", 2, false},
+	} {
+		if got := busyFrom(tc.loadavg, tc.ncpu); got != tc.want {
+			t.Errorf("busyFrom(%q, %d) = %v, want %v", tc.loadavg, tc.ncpu, got, tc.want)
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) < 4 || !strings.Contains(f[3], "/") {
+			t.Errorf("/proc/loadavg = %q, which busyFrom cannot read", b)
+		}
+	}
 }

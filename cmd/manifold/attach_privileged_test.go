@@ -424,22 +424,31 @@ func TestDelegatesStartEarly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var stats []string
+			// On a busy machine some starts are skipped (every CPU had work;
+			// ADD may skip the default network twice, before and after the
+			// reads): each of the 3 calls per verb is started early and used,
+			// or skipped, and nothing is discarded.
+			var verbs []string
 			for _, line := range strings.Split(string(b), "\n") {
 				var e struct {
-					Msg, Cmd                 string
-					Started, Used, Discarded int
+					Msg, Cmd                              string
+					Started, Used, Discarded, SkippedBusy int
 				}
-				if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "delegate processes started early" {
-					stats = append(stats, fmt.Sprintf("%s %d/%d/%d", e.Cmd, e.Started, e.Used, e.Discarded))
+				if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "delegate processes started early" {
+					continue
+				}
+				verbs = append(verbs, e.Cmd)
+				if e.Used != e.Started || e.Discarded != 0 || e.Started+e.SkippedBusy < 3 {
+					t.Errorf("%s: started %d, used %d, discarded %d, skipped %d; want each of 3 calls started and used, or skipped",
+						e.Cmd, e.Started, e.Used, e.Discarded, e.SkippedBusy)
 				}
 			}
-			want := "ADD 3/3/0,DEL 3/3/0" // started/used/discarded
+			want := "ADD,DEL"
 			if !on {
 				want = ""
 			}
-			if got := strings.Join(stats, ","); got != want {
-				t.Errorf("early starts (started/used/discarded) = %q, want %q", got, want)
+			if got := strings.Join(verbs, ","); got != want {
+				t.Errorf("early-start reports for %q, want %q", got, want)
 			}
 		})
 	}
