@@ -54,8 +54,8 @@ type Exec struct {
 	// lock that the call before it needs, before reading stdin. 0 means
 	// DefaultPrestartGuard.
 	Guard time.Duration
-	// Busy reports whether every CPU already has work; no process is started
-	// early then (nil: cpuBusy).
+	// Busy reports whether the node's CPUs are saturated; no process is
+	// started early then (nil: cpuBusy).
 	Busy func() bool
 
 	mu    sync.Mutex
@@ -89,7 +89,7 @@ type PrestartStats struct {
 	Started   int // processes started before their turn
 	Used      int // of those, given their call
 	Discarded int // killed unused: a different call came, Expect or Close, or the guard
-	Skipped   int // not started early because every CPU was busy
+	Skipped   int // not started early because the node was busy (cpuBusy)
 }
 
 // Expect sets the calls that come next, in order, and starts the first one's
@@ -180,19 +180,23 @@ func (e *Exec) startNextLocked() {
 	e.stats.Started++
 }
 
-// cpuBusy reports whether there are more runnable tasks than CPUs (the
-// caller included), from /proc/loadavg. An early start pays off only when it
-// runs on a CPU that would otherwise be idle: on a saturated node it takes the
-// CPU from other pods' delegates, and 20 pods started at once on 2 CPUs were
-// 4–8% slower with it.
+// cpuBusy reports whether the run queue is long: more than busyPerCPU
+// runnable tasks per CPU, from /proc/loadavg. An early start pays off when it
+// runs on a CPU that has time for it; on a saturated node it only moves work
+// ahead of other pods' delegates. On the 2-CPU benchmark machine, one pod at a
+// time keeps at most about 11 tasks runnable, and 20 pods started at once
+// 20 to 40 (docs/performance.md, change 7).
 func cpuBusy() bool {
 	b, err := os.ReadFile("/proc/loadavg")
 	return err == nil && busyFrom(string(b), runtime.NumCPU())
 }
 
+// busyPerCPU is how many runnable tasks per CPU make a node busy.
+const busyPerCPU = 8
+
 // busyFrom reads the running-task count from /proc/loadavg's text ("0.52
-// 0.58 0.59 3/467 1234": 3 runnable) and compares it with ncpu. Anything it
-// cannot read counts as not busy.
+// 0.58 0.59 3/467 1234": 3 runnable) and compares it with busyPerCPU*ncpu.
+// Anything it cannot read counts as not busy.
 func busyFrom(loadavg string, ncpu int) bool {
 	f := strings.Fields(loadavg)
 	if len(f) < 4 {
@@ -200,7 +204,7 @@ func busyFrom(loadavg string, ncpu int) bool {
 	}
 	running, _, _ := strings.Cut(f[3], "/")
 	n, err := strconv.Atoi(running)
-	return err == nil && n > ncpu
+	return err == nil && n > busyPerCPU*ncpu
 }
 
 // take returns the process waiting for this call, or nil, and moves the plan

@@ -334,16 +334,16 @@ func TestExecNoEarlyStartWhenBusy(t *testing.T) {
 	}
 }
 
-// busyFrom: more runnable tasks than CPUs is busy; text it cannot read is not.
+// busyFrom: more than 8 runnable tasks per CPU is busy; text it cannot read is not.
 func TestBusyFrom(t *testing.T) {
 	for _, tc := range []struct {
 		loadavg string
 		ncpu    int
 		want    bool
 	}{
-		{"0.52 0.58 0.59 2/467 1234\n", 2, false},
-		{"0.52 0.58 0.59 3/467 1234\n", 2, true},
-		{"9.00 9.00 9.00 9/467 1234\n", 16, false},
+		{"0.52 0.58 0.59 16/467 1234\n", 2, false},
+		{"0.52 0.58 0.59 17/467 1234\n", 2, true},
+		{"9.00 9.00 9.00 40/467 1234\n", 16, false},
 		{"0.52 0.58 0.59", 2, false},
 		{"a b c x/y z", 2, false},
 		{"", 2, false},
