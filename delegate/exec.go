@@ -29,9 +29,9 @@ import (
 const DefaultPrestartGuard = 5 * time.Second
 
 // Exec runs delegate plugins for libcni. It can start the process of the call
-// that it expects next before that call's turn (docs/performance.md, "Starting
-// delegates early"), so the plugin's start-up (for a Go plugin, about 10 ms of
-// runtime start and page faults) overlaps what comes before its turn.
+// that it expects next before that call's turn (docs/performance.md, change 7;
+// docs/configuration.md), so that the plugin's start-up (for a Go plugin,
+// about 10 ms of runtime start and page faults) overlaps what comes before.
 //
 // A started process is given its config on stdin only when its turn comes, in
 // order, after the call before it has returned; until then it has only its

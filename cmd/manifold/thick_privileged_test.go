@@ -70,7 +70,7 @@ func assertAttached(t *testing.T, n *node, netns ns.NetNS, subnet string) {
 // TestThickAddDel: ADD, CHECK and DEL of a pod with three real delegates, served
 // by the daemon (the bin dir has no manifold binary to fall back to); also with
 // --host-root, here the machine's own /, so that the whole flow runs through
-// the chrooted exec (TestChrootExec shows that the chroot applies).
+// the chrooted exec (TestExecChroot shows that the chroot applies).
 func TestThickAddDel(t *testing.T) {
 	for _, flags := range [][]string{nil, {"--host-root", "/"}} {
 		t.Run(strings.Join(append([]string{"daemon"}, flags...), " "), func(t *testing.T) { thickAddDel(t, flags) })
