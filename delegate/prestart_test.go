@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,6 +221,28 @@ func TestExecContextKillsPlugin(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("ExecPlugin returned after %s, the plugin was not killed", d)
+	}
+}
+
+// A plugin that succeeds but leaves a child holding its stdout open: the
+// call returns its result once the output wait (1 s) is over, rather than when
+// the child goes.
+func TestExecLeftoverChildHoldsOutput(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child")
+	p := scriptPlugin(t, dir, "p", "", "sleep 30 & echo $! > "+pidFile)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	e := &Exec{Busy: idle}
+	start := time.Now()
+	run(t, e, call(p, "ADD", "eth0"), "config")
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("ExecPlugin returned after %s: it waited for the leftover child", d)
 	}
 }
 

@@ -116,10 +116,7 @@ func (r *Runner) expect(cmd string, rec *scratch.Record, atts []*netconf.Attachm
 		if err != nil {
 			break
 		}
-		rt := runtimeConf(rec, att)
-		if cmd == "DEL" && netnsGone(rt.NetNS) {
-			rt.NetNS = ""
-		}
+		rt := runtimeConf(rec, att) // Del has already blanked a netns that is gone
 		env := (&invoke.Args{
 			Command:     cmd,
 			ContainerID: rt.ContainerID,
