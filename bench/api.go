@@ -17,7 +17,8 @@ type apiResult struct {
 	Calls    int    `json:"calls"`
 	// PerAdd and PerDel count requests per call by "VERB resource[/subresource]",
 	// from kube-apiserver's apiserver_request_total, for the resources manifold
-	// touches (pods, NADs, events).
+	// touches (pods, NADs, events), and the API server's etcd requests for
+	// them by "etcd:operation resource" (etcd_requests_total).
 	PerAdd map[string]float64 `json:"per_add"`
 	PerDel map[string]float64 `json:"per_del"`
 	// Background is what the API server counted on other resources over the
@@ -30,20 +31,23 @@ type apiResult struct {
 var manifoldResources = map[string]bool{"pods": true, "network-attachment-definitions": true, "events": true}
 
 // requestCounts parses apiserver_request_total out of a /metrics text, summed
-// over response codes and everything else, by verb, resource and subresource.
+// over response codes and everything else, by verb, resource and subresource
+// ("GET pods"). It adds the API server's own requests to etcd from
+// etcd_requests_total, by operation and resource ("etcd:get pods"): a read
+// served from the watch cache makes none.
 func requestCounts(text string) map[string]float64 {
-	const name = "apiserver_request_total{"
 	out := map[string]float64{}
 	for line := range strings.Lines(text) {
-		if !strings.HasPrefix(line, name) {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || (name != "apiserver_request_total" && name != "etcd_requests_total") {
 			continue
 		}
-		end := strings.LastIndexByte(line, '}')
+		end := strings.LastIndexByte(rest, '}')
 		if end < 0 {
 			continue
 		}
-		labels := parseLabelSet(line[len(name):end])
-		fields := strings.Fields(line[end+1:])
+		labels := parseLabelSet(rest[:end])
+		fields := strings.Fields(rest[end+1:])
 		if len(fields) == 0 {
 			continue
 		}
@@ -53,6 +57,10 @@ func requestCounts(text string) map[string]float64 {
 		}
 		if labels["resource"] == "" {
 			continue // /metrics, /openapi, /healthz: not API objects
+		}
+		if name == "etcd_requests_total" {
+			out["etcd:"+labels["operation"]+" "+labels["resource"]] += v
+			continue
 		}
 		key := labels["verb"] + " " + labels["resource"]
 		if sub := labels["subresource"]; sub != "" {

@@ -116,7 +116,7 @@ func (r *results) printTable(w io.Writer) {
 	}
 
 	if len(r.API) > 0 {
-		fmt.Fprintf(w, "\nAPI requests per call (kube-apiserver apiserver_request_total, pods/NADs/events)\n")
+		fmt.Fprintf(w, "\nAPI requests per call (kube-apiserver apiserver_request_total, pods/NADs/events; etcd: the API server's etcd requests for them, etcd_requests_total)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "arm\tnets\tcalls\tper ADD\tper DEL")
 		for _, a := range r.API {

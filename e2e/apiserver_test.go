@@ -12,7 +12,9 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/manifold-cni/manifold/e2e/controlplane"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 )
 
@@ -224,4 +226,50 @@ func waitFile[T any](t *testing.T, path string, done chan T) {
 		}
 	}
 	t.Fatalf("ADD did not reach the gate (%s) within a minute", path)
+}
+
+// A NAD changed before the pod was created is attached in its new form, and
+// reading it costs etcd nothing: manifold reads the pod's NADs from the API
+// server's watch cache, no older than the pod (k8sclient.GetNAD). The API
+// request count stays one GET per NAD.
+func TestNADChangedBeforePod(t *testing.T) {
+	e := newEnv(t)
+	oldNet, newNet := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "changed", e.macvlanConf("", oldNet))
+	nads := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(e.ns)
+	obj, err := nads.Get(e.ctx(), "changed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(obj.Object, e.macvlanConf("", newNet), "spec", "config"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nads.Update(e.ctx(), obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update NAD: %v", err)
+	}
+	pod := e.pod(e.ns, map[string]string{annotNetworks: "changed"})
+	box := e.sandboxFor(pod)
+	conf := e.manifoldConf(nil)
+
+	nadReads := func() (etcd, api float64) {
+		text, err := e.cp.Metrics(e.ctx())
+		if err != nil {
+			t.Fatal(err)
+		}
+		etcd = controlplane.SumMetric(text, "etcd_requests_total", map[string]string{"resource": controlplane.NADResource.Resource, "operation": "get"})
+		api = controlplane.SumMetric(text, "apiserver_request_total", map[string]string{"resource": controlplane.NADResource.Resource, "verb": "GET"})
+		return etcd, api
+	}
+	etcd0, api0 := nadReads()
+	res := e.mustAdd(conf, box)
+	etcd1, api1 := nadReads()
+	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/changed", ifname: "net1", subnet: newNet}})
+	if api1-api0 != 1 {
+		t.Errorf("NAD GETs during ADD: %v, want 1", api1-api0)
+	}
+	if etcd1-etcd0 != 0 {
+		t.Errorf("etcd NAD reads during ADD: %v, want 0 (served from the watch cache)", etcd1-etcd0)
+	}
+	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
 }

@@ -168,9 +168,9 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
-		return fmt.Errorf("%s %s: %w: HTTP %d: %s", method, path, ErrUnavailable, resp.StatusCode, statusMessage(data))
+		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, &statusError{resp.StatusCode, statusMessage(data)})
 	case resp.StatusCode >= 300:
-		return fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, statusMessage(data))
+		return fmt.Errorf("%s %s: %w", method, path, &statusError{resp.StatusCode, statusMessage(data)})
 	}
 	if out == nil {
 		return nil
@@ -180,6 +180,14 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 	}
 	return nil
 }
+
+// statusError is an API answer with an error status.
+type statusError struct {
+	code    int
+	message string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.message) }
 
 // statusMessage pulls the message out of a metav1.Status answer.
 func statusMessage(data []byte) string {

@@ -134,6 +134,7 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 		}
 	}
 	pc.pod = pod
+	pc.nads.notOlderThan = pod.ResourceVersion
 	return pc, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +140,53 @@ func TestStaticNADsReadDuringPodRead(t *testing.T) {
 	}
 	if r := api.reads(); len(r) != 2 {
 		t.Errorf("NAD reads %v: want each static NAD read once", r)
+	}
+}
+
+// TestNADReadsNotOlderThanPod checks which NAD reads may come from the API
+// server's watch cache: the ones made once the pod is known, bounded by the
+// pod's resourceVersion. The static NADs, read while the pod is still being
+// read, and every NAD of a pod that was not found, are read consistently.
+func TestNADReadsNotOlderThanPod(t *testing.T) {
+	def := `{"cniVersion":"1.0.0","type":"noop"}`
+	for _, tc := range []struct {
+		name     string
+		pod      *k8sclient.Pod
+		versions map[string]string // NAD → the notOlderThan it was read with
+	}{
+		{
+			name: "pod found",
+			pod: &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u", ResourceVersion: "4711",
+				Annotations: map[string]string{annotNetworks: "net-a,other/net-b"}},
+			versions: map[string]string{"kube-system/cluster-net": "", "default/net-a": "4711", "other/net-b": "4711"},
+		},
+		{
+			name:     "pod not found",
+			versions: map[string]string{"kube-system/cluster-net": ""},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &fakeAPI{pod: tc.pod, nads: map[string]string{"kube-system/cluster-net": def, "default/net-a": def, "other/net-b": def}}
+			conf := parseTestConf(t, map[string]any{"clusterNetwork": "cluster-net"})
+			p := &plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
+			c := &call{conf: conf, args: &skel.CmdArgs{IfName: "eth0"}, pod: netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
+				log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			pc, err := p.lookupPod(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.networksFor(context.Background(), c, pc); err != nil {
+				t.Fatal(err)
+			}
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			got := map[string]string{}
+			for i, nad := range api.nadReads {
+				got[nad] = api.nadVersions[i]
+			}
+			if len(api.nadReads) != len(tc.versions) || !maps.Equal(got, tc.versions) {
+				t.Errorf("NAD reads %v with versions %v, want %v", api.nadReads, api.nadVersions, tc.versions)
+			}
+		})
 	}
 }
