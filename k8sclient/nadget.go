@@ -17,8 +17,9 @@ const cachedNADWait = 500 * time.Millisecond
 
 // GetNAD reads one NetworkAttachmentDefinition.
 //
-// With notOlderThan empty, the read is consistent: it goes through etcd and
-// sees every write made before it.
+// With notOlderThan empty (or "0", which would let the cache answer at any
+// age), the read is consistent: it goes through etcd and sees every write made
+// before it.
 //
 // With a resourceVersion (the pod's), the API server answers from its watch
 // cache, once that cache holds every write up to that version. A NAD written
