@@ -63,6 +63,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	// record that is missing) is deleted too, after the recorded ones.
 	atts = append(missingFrom(atts, cached), atts...)
 
+	// In reverse order of attachment.
 	order := make([]*netconf.Attachment, 0, len(atts))
 	for i := len(atts) - 1; i >= 0; i-- {
 		order = append(order, &atts[i])
@@ -70,8 +71,8 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	r.expect("DEL", rec, order)
 	defer r.Prestart.Close()
 	var errs []error
-	for i := len(atts) - 1; i >= 0; i-- {
-		if err := r.delOne(ctx, rec, &atts[i]); err != nil {
+	for _, att := range order {
+		if err := r.delOne(ctx, rec, att); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -111,6 +111,7 @@ func (r *Runner) expect(cmd string, rec *scratch.Record, atts []*netconf.Attachm
 		return
 	}
 	var calls []Call
+attachments:
 	for _, att := range atts {
 		list, err := confList(att)
 		if err != nil {
@@ -133,8 +134,7 @@ func (r *Runner) expect(cmd string, rec *scratch.Record, atts []*netconf.Attachm
 		for _, p := range plugins {
 			path, err := r.Prestart.FindInPath(p.Network.Type, cfg.Path)
 			if err != nil {
-				r.Prestart.Expect(calls)
-				return
+				break attachments
 			}
 			calls = append(calls, Call{Path: path, Env: env})
 		}

@@ -271,15 +271,7 @@ func TestRunCleanupOnExit(t *testing.T) {
 			n.writeConf(t, "10-bridge.conf", bridgeConf)
 			cancel, done := n.start(t)
 			n.wantClusterNetwork(t, "10-bridge.conf", "0.4.0")
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("Run returned %v on stop", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("Run did not stop within 30s")
-			}
+			stopRun(t, cancel, done)
 			_, err := os.Stat(n.confOut)
 			if gone := os.IsNotExist(err); gone != cleanup {
 				t.Fatalf("config gone = %v (%v), want %v", gone, err, cleanup)

@@ -96,6 +96,16 @@ func TestPrefetchReadsEachNADOnce(t *testing.T) {
 	}
 }
 
+// apiCall is an ADD call of pod default/p (UID u) with the config keys in
+// extra, and a plugin whose API is api.
+func apiCall(t *testing.T, api podAPI, extra map[string]any) (*plugin, *call) {
+	t.Helper()
+	p := &plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
+	c := &call{conf: parseTestConf(t, extra), args: &skel.CmdArgs{IfName: "eth0"}, pod: netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return p, c
+}
+
 // TestStaticNADsReadDuringPodRead: the clusterNetwork and defaultNetworks NADs
 // are read while the pod is, not after it, and only once.
 func TestStaticNADsReadDuringPodRead(t *testing.T) {
@@ -115,10 +125,7 @@ func TestStaticNADsReadDuringPodRead(t *testing.T) {
 			}
 		}
 	}
-	conf := parseTestConf(t, map[string]any{"clusterNetwork": "cluster-net", "defaultNetworks": []string{"extra"}})
-	p := &plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
-	c := &call{conf: conf, args: &skel.CmdArgs{IfName: "eth0"}, pod: netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p, c := apiCall(t, api, map[string]any{"clusterNetwork": "cluster-net", "defaultNetworks": []string{"extra"}})
 	pc, err := p.lookupPod(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
@@ -167,10 +174,7 @@ func TestNADReadsNotOlderThanPod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := &fakeAPI{pod: tc.pod, nads: map[string]string{"kube-system/cluster-net": def, "default/net-a": def, "other/net-b": def}}
-			conf := parseTestConf(t, map[string]any{"clusterNetwork": "cluster-net"})
-			p := &plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
-			c := &call{conf: conf, args: &skel.CmdArgs{IfName: "eth0"}, pod: netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
-				log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			p, c := apiCall(t, api, map[string]any{"clusterNetwork": "cluster-net"})
 			pc, err := p.lookupPod(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)

@@ -424,7 +424,7 @@ func TestDelegatesStartEarly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// On a busy machine some starts are skipped (every CPU had work;
+			// On a busy machine some starts are skipped (a long run queue;
 			// ADD may skip the default network twice, before and after the
 			// reads): each of the 3 calls per verb is started early and used,
 			// or skipped, and nothing is discarded.

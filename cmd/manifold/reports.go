@@ -101,7 +101,6 @@ func (w *callStderr) seal() []byte {
 	defer w.mu.Unlock()
 	w.sealed = true
 	return w.buf.Bytes() // buf is not written after this
-
 }
 
 // awaitReport makes a verb on a container wait for that container's status
