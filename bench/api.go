@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/manifold-cni/manifold/e2e/controlplane"
 )
 
 // apiResult is the API load of one pod shape, per call.
@@ -30,36 +31,16 @@ type apiResult struct {
 // manifoldResources are the resources manifold may touch.
 var manifoldResources = map[string]bool{"pods": true, "network-attachment-definitions": true, "events": true}
 
-// requestCounts parses apiserver_request_total out of a /metrics text, summed
+// requestCounts counts apiserver_request_total in a /metrics text, summed
 // over response codes and everything else, by verb, resource and subresource
 // ("GET pods"). It adds the API server's own requests to etcd from
 // etcd_requests_total, by operation and resource ("etcd:get pods"): a read
-// served from the watch cache makes none.
+// served from the watch cache makes none. Samples with no resource (/metrics,
+// /openapi, /healthz) are not API objects and are left out.
 func requestCounts(text string) map[string]float64 {
 	out := map[string]float64{}
-	for line := range strings.Lines(text) {
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "apiserver_request_total" && name != "etcd_requests_total") {
-			continue
-		}
-		end := strings.LastIndexByte(rest, '}')
-		if end < 0 {
-			continue
-		}
-		labels := parseLabelSet(rest[:end])
-		fields := strings.Fields(rest[end+1:])
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
+	for labels, v := range controlplane.Samples(text, "apiserver_request_total") {
 		if labels["resource"] == "" {
-			continue // /metrics, /openapi, /healthz: not API objects
-		}
-		if name == "etcd_requests_total" {
-			out["etcd:"+labels["operation"]+" "+labels["resource"]] += v
 			continue
 		}
 		key := labels["verb"] + " " + labels["resource"]
@@ -68,34 +49,12 @@ func requestCounts(text string) map[string]float64 {
 		}
 		out[key] += v
 	}
-	return out
-}
-
-// parseLabelSet reads `k="v",k2="v2"` (the values in this metric hold no
-// escapes that matter here, but a \" is honoured).
-func parseLabelSet(s string) map[string]string {
-	labels := map[string]string{}
-	for len(s) > 0 {
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			break
+	for labels, v := range controlplane.Samples(text, "etcd_requests_total") {
+		if labels["resource"] != "" {
+			out["etcd:"+labels["operation"]+" "+labels["resource"]] += v
 		}
-		key := strings.TrimLeft(s[:eq], ", ")
-		var val strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-			}
-			val.WriteByte(s[i])
-		}
-		labels[key] = val.String()
-		if i+1 > len(s) {
-			break
-		}
-		s = s[i+1:]
 	}
-	return labels
+	return out
 }
 
 // perCall splits after-before by resource into manifold's and the rest, per call.

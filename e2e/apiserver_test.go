@@ -12,10 +12,11 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/manifold-cni/manifold/e2e/controlplane"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/manifold-cni/manifold/e2e/controlplane"
 )
 
 // Scenario 9: the API server goes away after ADD. DEL, which needs only the

@@ -3,8 +3,10 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -309,5 +311,20 @@ apiserver_request_total 5
 		if got := SumMetric(text, "apiserver_request_total", tt.match); got != tt.want {
 			t.Errorf("SumMetric(%v) = %v, want %v", tt.match, got, tt.want)
 		}
+	}
+}
+
+// Samples yields each sample's labels and value, and stops when asked to.
+func TestSamples(t *testing.T) {
+	text := "m{a=\"1\"} 1\nm 2\nm_other 3\nm{a=\"3\"} 4\n"
+	var got []string
+	for labels, v := range Samples(text, "m") {
+		got = append(got, fmt.Sprintf("%s=%v", labels["a"], v))
+		if len(got) == 2 {
+			break
+		}
+	}
+	if want := []string{"1=1", "=2"}; !slices.Equal(got, want) {
+		t.Errorf("Samples = %v, want %v", got, want)
 	}
 }

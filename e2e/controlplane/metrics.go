@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -43,37 +44,49 @@ func (cp *ControlPlane) Metrics(ctx context.Context) (string, error) {
 // counts pod GETs of every response code. Malformed lines are ignored.
 func SumMetric(text, name string, match map[string]string) float64 {
 	var sum float64
-	for line := range strings.Lines(text) {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		labels := map[string]string{}
-		switch {
-		case strings.HasPrefix(rest, "{"):
-			var ok bool
-			labels, rest, ok = parseLabels(rest[1:])
-			if !ok {
-				continue
-			}
-		case strings.HasPrefix(rest, " "):
-		default:
-			continue // a longer metric name sharing the prefix
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
+	for labels, v := range Samples(text, name) {
 		if labelsMatch(labels, match) {
 			sum += v
 		}
 	}
 	return sum
+}
+
+// Samples yields the labels and value of every sample of the metric called
+// name in a Prometheus text exposition. Malformed lines are skipped.
+func Samples(text, name string) iter.Seq2[map[string]string, float64] {
+	return func(yield func(map[string]string, float64) bool) {
+		for line := range strings.Lines(text) {
+			line = strings.TrimSpace(line)
+			if line == "" || line[0] == '#' || !strings.HasPrefix(line, name) {
+				continue
+			}
+			rest := line[len(name):]
+			labels := map[string]string{}
+			switch {
+			case strings.HasPrefix(rest, "{"):
+				var ok bool
+				labels, rest, ok = parseLabels(rest[1:])
+				if !ok {
+					continue
+				}
+			case strings.HasPrefix(rest, " "):
+			default:
+				continue // a longer metric name sharing the prefix
+			}
+			fields := strings.Fields(rest)
+			if len(fields) == 0 {
+				continue
+			}
+			v, err := strconv.ParseFloat(fields[0], 64)
+			if err != nil {
+				continue
+			}
+			if !yield(labels, v) {
+				return
+			}
+		}
+	}
 }
 
 func labelsMatch(labels, match map[string]string) bool {
