@@ -69,6 +69,7 @@ type bench struct {
 	// the daemon listening on daemonSocket (bench/thick.go).
 	thickRuntime              *libcni.CNIConfig
 	thickDir, daemonSocket    string
+	daemonPid                 int
 	baseline                  string // the baseline manifold binary, or ""
 	runtimeCache, directCache string
 	// confs is manifold's config list by arm+"/"+kind; refLists the

@@ -50,6 +50,11 @@ type overheadResult struct {
 	MedianRSSKiB       int64 `json:"manifold_add_median_peak_rss_kib"`
 	RSSSamples         int   `json:"rss_samples"`
 	DelegatePeakRSSKiB int64 `json:"delegate_peak_rss_kib"`
+	// DaemonCPUPerAddDel is the thick arm's daemon's CPU time (user and
+	// system, all its threads) per recorded ADD and DEL, in ms: the mean
+	// over the recorded iterations, read from /proc around each thick ADD
+	// and DEL. It includes the status write, which the DEL waits for.
+	DaemonCPUPerAddDel float64 `json:"thick_daemon_cpu_ms_per_add_del,omitempty"`
 }
 
 type verbSamples struct {
@@ -114,6 +119,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
+	var daemonCPU time.Duration
 	arms := []string{armManifold, armDirect, armThick}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
@@ -125,11 +131,24 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 		got := map[string][2]sample{}
 		for k := range arms {
 			arm := arms[(it+warmup+k)%len(arms)]
+			var cpu0 time.Duration
+			if arm == armThick {
+				if cpu0, err = processCPU(b.daemonPid); err != nil {
+					return nil, err
+				}
+			}
 			a, d, err := b.addDel(arm, pod, netns.Path())
 			if err != nil {
 				return nil, err
 			}
 			got[arm] = [2]sample{a, d}
+			if arm == armThick && it >= 0 {
+				cpu1, err := processCPU(b.daemonPid)
+				if err != nil {
+					return nil, err
+				}
+				daemonCPU += cpu1 - cpu0
+			}
 		}
 		if b.watch != nil {
 			b.watch.pruneRoot()
@@ -149,6 +168,9 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 		}
 	}
 	res.Add, res.Del = add.result(), del.result()
+	if iterations > 0 {
+		res.DaemonCPUPerAddDel = ms(daemonCPU) / float64(iterations)
+	}
 
 	var rss []int64
 	for i := 0; i < rssRuns; i++ {

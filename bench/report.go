@@ -99,6 +99,10 @@ func (r *results) printTable(w io.Writer) {
 				pp(*v.r.Thick), pp(v.r.Manifold), pp(v.r.Reference), v.r.ThickRatioP50, v.r.RatioP50)
 		}
 		tw.Flush()
+		fmt.Fprintf(w, "\nThe daemon's CPU time per ADD and DEL (user and system, all threads; mean, ms)\n")
+		for _, o := range r.Overhead {
+			fmt.Fprintf(w, "  %s, %d nets: %.1f\n", o.Delegates, o.Networks, o.DaemonCPUPerAddDel)
+		}
 	}
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.Baseline != nil {

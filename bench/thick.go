@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -52,6 +55,7 @@ func (b *bench) setupThick() error {
 	if err != nil {
 		return err
 	}
+	b.daemonPid = daemon.Pid()
 	b.onCleanup(func() {
 		if err := daemon.Terminate(); err != nil {
 			logf("%v", err)
@@ -79,4 +83,38 @@ func (b *bench) thickConfList(kind string) (*libcni.NetworkConfigList, error) {
 		return nil, err
 	}
 	return libcni.NetworkConfFromBytes(data)
+}
+
+// processCPU is the CPU time (user and system) that process pid has used so
+// far, all its threads together, including threads that have exited.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseProcCPU(string(b))
+}
+
+// parseProcCPU reads utime and stime (fields 14 and 15, in clock ticks of
+// 1/100 s on Linux) from the text of /proc/<pid>/stat. The command name, in
+// parentheses, may hold spaces and parentheses itself, so fields are counted
+// from the last ')'.
+func parseProcCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc stat %q: no command name", stat)
+	}
+	fields := strings.Fields(stat[i+1:]) // fields[0] is field 3, the state
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc stat %q: %d fields after the name, want at least 13", stat, len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc stat: CPU time %q: %w", f, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100), nil
 }
