@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -95,16 +94,10 @@ func processCPU(pid int) (time.Duration, error) {
 	return parseProcCPU(string(b))
 }
 
-// parseProcCPU reads utime and stime (fields 14 and 15, in clock ticks of
-// 1/100 s on Linux) from the text of /proc/<pid>/stat. The command name, in
-// parentheses, may hold spaces and parentheses itself, so fields are counted
-// from the last ')'.
+// parseProcCPU reads utime and stime (in clock ticks of 1/100 s on Linux)
+// from the text of /proc/<pid>/stat.
 func parseProcCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc stat %q: no command name", stat)
-	}
-	fields := strings.Fields(stat[i+1:]) // fields[0] is field 3, the state
+	fields := testenv.StatFields(stat)
 	if len(fields) < 13 {
 		return 0, fmt.Errorf("/proc stat %q: %d fields after the name, want at least 13", stat, len(fields))
 	}

@@ -5,10 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // awaitExit returns once the process has exited and leaves it unreaped, so
@@ -45,8 +46,10 @@ func procState(t *testing.T, pid int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	fields := testenv.StatFields(string(b))
+	if len(fields) == 0 {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
 	return fields[0]
 }
 

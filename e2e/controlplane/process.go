@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // process is one running server with its log file.
@@ -124,10 +126,7 @@ func waitStopped(pid int, bound time.Duration) error {
 			if err != nil {
 				continue // the thread has exited
 			}
-			// The state follows the command name, which ends with the
-			// last ')' and may itself hold spaces and parentheses.
-			rest := stat[bytes.LastIndexByte(stat, ')')+1:]
-			if f := bytes.Fields(rest); len(f) == 0 || (f[0][0] != 'T' && f[0][0] != 't') {
+			if f := testenv.StatFields(string(stat)); len(f) == 0 || (f[0][0] != 'T' && f[0][0] != 't') {
 				running++
 			}
 		}
