@@ -64,8 +64,8 @@ func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox)
 		rt = b.shimRuntime
 	case armBaseline:
 		rt = b.baseRuntime
-	case armThick:
-		rt = b.thickRuntime
+	case armThick, armThickBaseline:
+		rt = b.thickArmOf(arm).runtime
 	}
 	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args()}
 	rec := &recorder{}
@@ -87,7 +87,7 @@ func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox)
 	switch {
 	case arm == armShim:
 		s.MaxRSSKiB, s.DelegateMaxRSSKiB, err = b.shimPeaks(verb)
-	case b.watch != nil && arm != armThick:
+	case b.watch != nil && b.thickArmOf(arm) == nil:
 		s.Proc, err = b.watch.take(rec.procs[0].PID, 5*time.Second)
 	}
 	return s, err

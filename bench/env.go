@@ -65,12 +65,11 @@ type bench struct {
 	// calls the delegates themselves (the reference). All three use benchExec.
 	runtime, shimRuntime, direct *libcni.CNIConfig
 	baseRuntime                  *libcni.CNIConfig
-	// thickRuntime calls manifold-shim in thickDir, which passes the call to
-	// the daemon listening on daemonSocket (bench/thick.go).
-	thickRuntime              *libcni.CNIConfig
-	thickDir, daemonSocket    string
-	daemonPid                 int
+	// thick is thick mode's daemon and shim (bench/thick.go); thickBase the
+	// same with -baseline and -baseline-shim, or nil.
+	thick, thickBase          *thickArm
 	baseline                  string // the baseline manifold binary, or ""
+	baselineShim              string // the baseline manifold-shim binary, or ""
 	runtimeCache, directCache string
 	// confs is manifold's config list by arm+"/"+kind; refLists the
 	// delegates' own config lists by kind and position.
@@ -170,8 +169,13 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 				return err
 			}
 		}
-		if b.confs[armThick+"/"+kind], err = b.thickConfList(kind); err != nil {
+		if b.confs[armThick+"/"+kind], err = b.thickConfList(kind, b.thick); err != nil {
 			return err
+		}
+		if b.thickBase != nil {
+			if b.confs[armThickBaseline+"/"+kind], err = b.thickConfList(kind, b.thickBase); err != nil {
+				return err
+			}
 		}
 		for i := 0; i < maxNetworks; i++ {
 			list, err := libcni.NetworkConfFromBytes([]byte(b.networkDef(kind, i).Conf))

@@ -37,7 +37,7 @@ type settings struct {
 	concPods, concRounds               int
 	scaleCycles                        int
 	only                               string
-	baseline                           string
+	baseline, baselineShim             string
 }
 
 func main() {
@@ -53,11 +53,12 @@ func main() {
 	flag.IntVar(&s.concPods, "conc", 20, "pods started at once")
 	flag.IntVar(&s.concRounds, "conc-rounds", 3, "rounds of concurrent pods per arm (after one warm-up round)")
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
-	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after)")
+	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
+	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,api,concurrency,scale); default all")
 	flag.Parse()
 	if *quick {
-		s = settings{iterations: 5, noopIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline}
+		s = settings{iterations: 5, noopIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -96,7 +97,7 @@ func run(s settings, out string) (err error) {
 		res.Meta.Kernel = utsString(uts.Release[:])
 	}
 
-	b := &bench{ctx: ctx, baseline: s.baseline}
+	b := &bench{ctx: ctx, baseline: s.baseline, baselineShim: s.baselineShim}
 	defer b.cleanup()
 	if b.watch, err = startProcWatch(); err != nil {
 		logf("no kernel process events (%v): manifold's own time will not be reported", err)

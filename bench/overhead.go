@@ -33,6 +33,10 @@ type verbResult struct {
 	// same interleaved iterations.
 	Baseline    *dist `json:"baseline,omitempty"`
 	BaselineOwn *dist `json:"baseline_own,omitempty"`
+	// ThickBaseline is the thick baseline arm (-baseline and/or
+	// -baseline-shim), from the same iterations, and its ratio to Reference.
+	ThickBaseline         *dist   `json:"thick_baseline,omitempty"`
+	ThickBaselineRatioP50 float64 `json:"thick_baseline_ratio_p50,omitempty"`
 }
 
 // overheadResult is one delegate set and network count.
@@ -55,13 +59,15 @@ type overheadResult struct {
 	// over the recorded iterations, read from /proc around each thick ADD
 	// and DEL. It includes the status write, which the DEL waits for.
 	DaemonCPUPerAddDel float64 `json:"thick_daemon_cpu_ms_per_add_del,omitempty"`
+	// BaselineDaemonCPUPerAddDel is the same for the thick baseline arm.
+	BaselineDaemonCPUPerAddDel float64 `json:"thick_baseline_daemon_cpu_ms_per_add_del,omitempty"`
 }
 
 type verbSamples struct {
 	manifold, reference, overhead             []time.Duration
 	own, before, between, after, delegateTime []time.Duration
 	baseline, baselineOwn                     []time.Duration
-	thick                                     []time.Duration
+	thick, thickBaseline                      []time.Duration
 }
 
 func (v *verbSamples) result() verbResult {
@@ -78,6 +84,10 @@ func (v *verbSamples) result() verbResult {
 	if len(v.thick) > 0 {
 		thick := summarize(v.thick)
 		r.Thick, r.ThickRatioP50 = &thick, ratio(thick.P50, r.Reference.P50)
+	}
+	if len(v.thickBaseline) > 0 {
+		base := summarize(v.thickBaseline)
+		r.ThickBaseline, r.ThickBaselineRatioP50 = &base, ratio(base.P50, r.Reference.P50)
 	}
 	if len(v.baseline) > 0 {
 		base := summarize(v.baseline)
@@ -119,10 +129,13 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
-	var daemonCPU time.Duration
+	daemonCPU := map[string]time.Duration{}
 	arms := []string{armManifold, armDirect, armThick}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
+	}
+	if b.thickBase != nil {
+		arms = append(arms, armThickBaseline)
 	}
 	for it := -warmup; it < iterations; it++ {
 		if err := b.ctx.Err(); err != nil {
@@ -131,9 +144,10 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 		got := map[string][2]sample{}
 		for k := range arms {
 			arm := arms[(it+warmup+k)%len(arms)]
+			daemon := b.thickArmOf(arm)
 			var cpu0 time.Duration
-			if arm == armThick {
-				if cpu0, err = processCPU(b.daemonPid); err != nil {
+			if daemon != nil {
+				if cpu0, err = processCPU(daemon.pid); err != nil {
 					return nil, err
 				}
 			}
@@ -142,12 +156,12 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 				return nil, err
 			}
 			got[arm] = [2]sample{a, d}
-			if arm == armThick && it >= 0 {
-				cpu1, err := processCPU(b.daemonPid)
+			if daemon != nil && it >= 0 {
+				cpu1, err := processCPU(daemon.pid)
 				if err != nil {
 					return nil, err
 				}
-				daemonCPU += cpu1 - cpu0
+				daemonCPU[arm] += cpu1 - cpu0
 			}
 		}
 		if b.watch != nil {
@@ -165,11 +179,17 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 					v.baselineOwn = append(v.baselineOwn, base[i].Own())
 				}
 			}
+			if base, ok := got[armThickBaseline]; ok {
+				v.thickBaseline = append(v.thickBaseline, base[i].Wall)
+			}
 		}
 	}
 	res.Add, res.Del = add.result(), del.result()
 	if iterations > 0 {
-		res.DaemonCPUPerAddDel = ms(daemonCPU) / float64(iterations)
+		res.DaemonCPUPerAddDel = ms(daemonCPU[armThick]) / float64(iterations)
+		if b.thickBase != nil {
+			res.BaselineDaemonCPUPerAddDel = ms(daemonCPU[armThickBaseline]) / float64(iterations)
+		}
 	}
 
 	var rss []int64

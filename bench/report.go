@@ -101,8 +101,23 @@ func (r *results) printTable(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintf(w, "\nThe daemon's CPU time per ADD and DEL (user and system, all threads; mean, ms)\n")
 		for _, o := range r.Overhead {
-			fmt.Fprintf(w, "  %s, %d nets: %.1f\n", o.Delegates, o.Networks, o.DaemonCPUPerAddDel)
+			fmt.Fprintf(w, "  %s, %d nets: %.1f", o.Delegates, o.Networks, o.DaemonCPUPerAddDel)
+			if o.Add.ThickBaseline != nil {
+				fmt.Fprintf(w, " (thick baseline %.1f)", o.BaselineDaemonCPUPerAddDel)
+			}
+			fmt.Fprintln(w)
 		}
+	}
+
+	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickBaseline != nil {
+		fmt.Fprintf(w, "\nThick baseline (-baseline daemon and/or -baseline-shim) in the same iterations, ms p50 / p99\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "delegates\tnets\tverb\tthick baseline\tthick\tdirect\tbaseline/direct\tthick/direct\t")
+		for _, v := range verbRows(r.Overhead) {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", v.o.Delegates, v.o.Networks, v.name,
+				pp(*v.r.ThickBaseline), pp(*v.r.Thick), pp(v.r.Reference), v.r.ThickBaselineRatioP50, v.r.ThickRatioP50)
+		}
+		tw.Flush()
 	}
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.Baseline != nil {

@@ -20,8 +20,20 @@ import (
 // daemon's children, so only wall time is measured for this arm.
 const armThick = "thick"
 
-// setupThick builds thickDir (the plugins, manifold-shim, and manifold for the
-// shim's fallback) and starts the daemon on a socket under the bench dir.
+// armThickBaseline is armThick with the -baseline manifold as the daemon
+// and/or the -baseline-shim as the shim, for before/after comparisons of
+// thick mode in one interleaved run. It has its own daemon and socket.
+const armThickBaseline = "thick-baseline"
+
+// thickArm is one daemon and the bin dir whose manifold-shim calls it.
+type thickArm struct {
+	dir, socket string
+	pid         int
+	runtime     *libcni.CNIConfig
+}
+
+// setupThick starts the thick arm, and the thick baseline arm when -baseline
+// or -baseline-shim was given.
 func (b *bench) setupThick() error {
 	shim := os.Getenv("MANIFOLD_SHIM")
 	if shim == "" {
@@ -37,37 +49,69 @@ func (b *bench) setupThick() error {
 			return fmt.Errorf("build manifold-shim: %w: %s", err, msg)
 		}
 	}
-	b.thickDir = filepath.Join(b.dir, "thickbin")
-	if err := os.Mkdir(b.thickDir, 0o755); err != nil {
+	var err error
+	if b.thick, err = b.startThickArm("thick", b.manifold, shim); err != nil {
 		return err
 	}
-	if err := testenv.LinkPlugins(b.thickDir, b.plugins); err != nil {
-		return err
+	if b.baseline == "" && b.baselineShim == "" {
+		return nil
 	}
-	for name, src := range map[string]string{"manifold": b.manifold, "manifold-shim": shim} {
-		if err := os.Symlink(src, filepath.Join(b.thickDir, name)); err != nil {
-			return err
+	daemon, baseShim := b.manifold, shim
+	if b.baseline != "" {
+		daemon = b.baseline
+	}
+	if b.baselineShim != "" {
+		baseShim = b.baselineShim
+	}
+	b.thickBase, err = b.startThickArm("thick-baseline", daemon, baseShim)
+	return err
+}
+
+// startThickArm builds a bin dir under the bench dir named name (the
+// plugins, shim as manifold-shim, and manifold for the shim's fallback), and
+// starts manifold as the daemon on a socket of its own.
+func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
+	a := &thickArm{dir: filepath.Join(b.dir, name+"-bin"), socket: filepath.Join(b.dir, name+"-daemon", "manifold.sock")}
+	if err := os.Mkdir(a.dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := testenv.LinkPlugins(a.dir, b.plugins); err != nil {
+		return nil, err
+	}
+	for link, src := range map[string]string{"manifold": manifold, "manifold-shim": shim} {
+		if err := os.Symlink(src, filepath.Join(a.dir, link)); err != nil {
+			return nil, err
 		}
 	}
-	b.daemonSocket = filepath.Join(b.dir, "daemon", "manifold.sock")
-	daemon, err := testenv.RunDaemon(b.manifold, b.daemonSocket, os.Stderr)
+	daemon, err := testenv.RunDaemon(manifold, a.socket, os.Stderr)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b.daemonPid = daemon.Pid()
+	a.pid = daemon.Pid()
 	b.onCleanup(func() {
 		if err := daemon.Terminate(); err != nil {
 			logf("%v", err)
 		}
 	})
-	b.thickRuntime = libcni.NewCNIConfigWithCacheDir([]string{b.thickDir}, b.runtimeCache, &benchExec{})
+	a.runtime = libcni.NewCNIConfigWithCacheDir([]string{a.dir}, b.runtimeCache, &benchExec{})
+	return a, nil
+}
+
+// thickArmOf is the daemon behind a thick arm, or nil for other arms.
+func (b *bench) thickArmOf(arm string) *thickArm {
+	switch arm {
+	case armThick:
+		return b.thick
+	case armThickBaseline:
+		return b.thickBase
+	}
 	return nil
 }
 
-// thickConfList is manifoldConfList for the thick arm: the same keys, with
-// manifold-shim as the type and the daemon's socket.
-func (b *bench) thickConfList(kind string) (*libcni.NetworkConfigList, error) {
-	list, err := b.manifoldConfList(kind, b.thickDir)
+// thickConfList is manifoldConfList for a thick arm: the same keys, with
+// manifold-shim as the type and the arm's daemon socket.
+func (b *bench) thickConfList(kind string, a *thickArm) (*libcni.NetworkConfigList, error) {
+	list, err := b.manifoldConfList(kind, a.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +120,7 @@ func (b *bench) thickConfList(kind string) (*libcni.NetworkConfigList, error) {
 		return nil, err
 	}
 	plugin := raw["plugins"].([]any)[0].(map[string]any)
-	plugin["type"], plugin["daemonSocket"] = "manifold-shim", b.daemonSocket
+	plugin["type"], plugin["daemonSocket"] = "manifold-shim", a.socket
 	data, err := json.Marshal(raw)
 	if err != nil {
 		return nil, err
