@@ -85,6 +85,12 @@ func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 
 // connect opens a unix stream socket to path. The send timeout bounds a
 // blocking connect on a unix socket too.
+//
+// The connected socket is then made non-blocking, so that the wait for the
+// daemon's answer (as long as the delegates take) parks in the Go runtime's
+// netpoller. A read blocked in the kernel instead keeps the runtime's sysmon
+// thread polling, every 20 µs at first, about 50 extra context switches and
+// 0.8 ms of CPU per call here (docs/performance.md, change 11).
 func connect(path string) (*os.File, error) {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -96,6 +102,10 @@ func connect(path string) (*os.File, error) {
 		return nil, err
 	}
 	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
 		syscall.Close(fd)
 		return nil, err
 	}

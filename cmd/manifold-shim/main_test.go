@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/manifold-cni/manifold/shimproto"
 )
@@ -79,6 +82,28 @@ func TestRunConnectionLost(t *testing.T) {
 			!strings.Contains(e.Msg, "connection lost") || !strings.Contains(e.Msg, socket) {
 			t.Errorf("%s: run = %d, stdout %q; want code 11 naming the socket and the lost connection", cmd, code, stdout.String())
 		}
+	}
+}
+
+// TestConnectIsPollable checks that the daemon's answer is awaited in the
+// netpoller: only a file the runtime polls takes a deadline.
+func TestConnectIsPollable(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	conn, err := connect(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Millisecond)); err != nil {
+		t.Fatalf("SetReadDeadline: %v; want a connection the runtime polls", err)
+	}
+	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read with nothing sent = %v, want the deadline to end it", err)
 	}
 }
 
