@@ -254,14 +254,7 @@ func (b *bench) fillBinDirs() error {
 		if err := os.Mkdir(b.baseDir, 0o755); err != nil {
 			return err
 		}
-		for _, e := range entries {
-			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-				if err := os.Symlink(filepath.Join(b.plugins, e.Name()), filepath.Join(b.baseDir, e.Name())); err != nil {
-					return err
-				}
-			}
-		}
-		if err := os.Symlink(b.baseline, filepath.Join(b.baseDir, "manifold")); err != nil {
+		if err := testenv.LinkBinDir(b.baseDir, b.plugins, b.baseline); err != nil {
 			return err
 		}
 	}

@@ -57,6 +57,18 @@ func main() {
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,api,concurrency,scale); default all")
 	flag.Parse()
+	// The binaries are linked into bin dirs elsewhere, so relative paths
+	// would not resolve there.
+	for _, path := range []*string{&s.baseline, &s.baselineShim} {
+		if *path != "" {
+			abs, err := filepath.Abs(*path)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				os.Exit(2)
+			}
+			*path = abs
+		}
+	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim}
 	}

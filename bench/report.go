@@ -92,13 +92,9 @@ func (r *results) printTable(w io.Writer) {
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.Thick != nil {
 		fmt.Fprintf(w, "\nThick mode (manifold-shim + manifold daemon) in the same iterations, ms p50 / p99\n")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "delegates\tnets\tverb\tthick\tmanifold\tdirect\tthick/direct\tmanifold/direct\t")
-		for _, v := range verbRows(r.Overhead) {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", v.o.Delegates, v.o.Networks, v.name,
-				pp(*v.r.Thick), pp(v.r.Manifold), pp(v.r.Reference), v.r.ThickRatioP50, v.r.RatioP50)
-		}
-		tw.Flush()
+		pairTable(w, r.Overhead, "thick", "manifold", func(r verbResult) (dist, float64, dist, float64) {
+			return *r.Thick, r.ThickRatioP50, r.Manifold, r.RatioP50
+		})
 		fmt.Fprintf(w, "\nThe daemon's CPU time per ADD and DEL (user and system, all threads; mean, ms)\n")
 		for _, o := range r.Overhead {
 			fmt.Fprintf(w, "  %s, %d nets: %.1f", o.Delegates, o.Networks, o.DaemonCPUPerAddDel)
@@ -111,13 +107,9 @@ func (r *results) printTable(w io.Writer) {
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickBaseline != nil {
 		fmt.Fprintf(w, "\nThick baseline (-baseline daemon and/or -baseline-shim) in the same iterations, ms p50 / p99\n")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "delegates\tnets\tverb\tthick baseline\tthick\tdirect\tbaseline/direct\tthick/direct\t")
-		for _, v := range verbRows(r.Overhead) {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", v.o.Delegates, v.o.Networks, v.name,
-				pp(*v.r.ThickBaseline), pp(*v.r.Thick), pp(v.r.Reference), v.r.ThickBaselineRatioP50, v.r.ThickRatioP50)
-		}
-		tw.Flush()
+		pairTable(w, r.Overhead, "thick baseline", "thick", func(r verbResult) (dist, float64, dist, float64) {
+			return *r.ThickBaseline, r.ThickBaselineRatioP50, *r.Thick, r.ThickRatioP50
+		})
 	}
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.Baseline != nil {
@@ -196,6 +188,19 @@ type verbRow struct {
 	o    *overheadResult
 	name string
 	r    verbResult
+}
+
+// pairTable writes one row per shape and verb: arms a and b, as pick gives
+// them with their ratios to the reference, beside the reference itself.
+func pairTable(w io.Writer, shapes []*overheadResult, a, b string, pick func(verbResult) (dist, float64, dist, float64)) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "delegates\tnets\tverb\t%s\t%s\tdirect\t%s/direct\t%s/direct\t\n", a, b, a, b)
+	for _, v := range verbRows(shapes) {
+		da, ra, db, rb := pick(v.r)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.3f×\t%.3f×\t\n", v.o.Delegates, v.o.Networks, v.name,
+			pp(da), pp(db), pp(v.r.Reference), ra, rb)
+	}
+	tw.Flush()
 }
 
 // verbRows lists ADD then DEL of every pod shape.

@@ -75,13 +75,11 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 	if err := os.Mkdir(a.dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := testenv.LinkPlugins(a.dir, b.plugins); err != nil {
+	if err := testenv.LinkBinDir(a.dir, b.plugins, manifold); err != nil {
 		return nil, err
 	}
-	for link, src := range map[string]string{"manifold": manifold, "manifold-shim": shim} {
-		if err := os.Symlink(src, filepath.Join(a.dir, link)); err != nil {
-			return nil, err
-		}
+	if err := os.Symlink(shim, filepath.Join(a.dir, "manifold-shim")); err != nil {
+		return nil, err
 	}
 	daemon, err := testenv.RunDaemon(manifold, a.socket, os.Stderr)
 	if err != nil {
