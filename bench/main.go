@@ -31,6 +31,7 @@ import (
 
 type settings struct {
 	iterations, noopIterations, warmup int
+	freshIterations                    int
 	apiCalls                           int
 	rssRuns                            int
 	versionRuns                        int
@@ -47,6 +48,7 @@ func main() {
 	flag.IntVar(&s.iterations, "n", 40, "recorded iterations per real-delegate overhead case")
 	flag.IntVar(&s.noopIterations, "n-noop", 60, "recorded iterations per noop-delegate overhead case")
 	flag.IntVar(&s.warmup, "warmup", 3, "unrecorded warm-up iterations per case")
+	flag.IntVar(&s.freshIterations, "n-fresh", 20, "recorded iterations per fresh-pod case (the pod written just before each ADD)")
 	flag.IntVar(&s.apiCalls, "api-calls", 20, "ADDs (then DELs) per pod shape when counting API requests")
 	flag.IntVar(&s.rssRuns, "rss-runs", 5, "ADDs per overhead case started through the shim, for peak memory")
 	flag.IntVar(&s.versionRuns, "version-runs", 200, "VERSION runs of each binary")
@@ -55,7 +57,7 @@ func main() {
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,api,concurrency,scale); default all")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -70,7 +72,7 @@ func main() {
 		}
 	}
 	if *quick {
-		s = settings{iterations: 5, noopIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim}
+		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -98,7 +100,7 @@ func run(s settings, out string) (err error) {
 		GoVersion:    runtime.Version(),
 		LoadAvgStart: loadAvg(),
 		Settings: map[string]int{
-			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "warmup": s.warmup,
+			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "iterations_fresh": s.freshIterations, "warmup": s.warmup,
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
 			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles,
 		},
@@ -159,12 +161,22 @@ func run(s settings, out string) (err error) {
 					iters = s.noopIterations
 				}
 				logf("overhead: %s delegates, %d networks, %d iterations", kind, n, iters)
-				o, err := b.overhead(kind, n, iters, s.warmup, s.rssRuns)
+				o, err := b.overhead(kind, n, iters, s.warmup, s.rssRuns, false)
 				if err != nil {
 					return fmt.Errorf("overhead %s/%d: %w", kind, n, err)
 				}
 				res.Overhead = append(res.Overhead, o)
 			}
+		}
+	}
+	if want("fresh") {
+		for _, kind := range []string{kindReal, kindNoop} {
+			logf("fresh pods: %s delegates, 3 networks, the pod written %v before each ADD, %d iterations", kind, freshDelay, s.freshIterations)
+			o, err := b.overhead(kind, 3, s.freshIterations, s.warmup, 0, true)
+			if err != nil {
+				return fmt.Errorf("fresh pods %s: %w", kind, err)
+			}
+			res.Fresh = append(res.Fresh, o)
 		}
 	}
 	if want("api") {

@@ -113,13 +113,21 @@ func (v *verbSamples) add(m, r sample, timed bool) {
 	}
 }
 
-// overhead measures ADD and DEL of one pod in two interleaved arms, manifold
-// and the direct reference. Every iteration runs each arm once (ADD, then
-// DEL), and the arms take turns at going first, so a noisy moment hits both
-// alike. The first warmup iterations are not recorded. Then rssRuns more
-// ADD/DELs go through the shim, for manifold's peak memory.
-func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int) (*overheadResult, error) {
-	pod, err := b.createPod(fmt.Sprintf("bench-%s-%d", kind, networks), kind, networks)
+// overhead measures ADD and DEL of one pod in interleaved arms: manifold,
+// the direct reference, thick mode and any baselines. Every iteration runs
+// each arm once (ADD, then DEL), and the arms take turns at going first, so a
+// noisy moment hits all alike. The first warmup iterations are not recorded.
+// Then rssRuns more ADD/DELs go through the shim, for manifold's peak memory.
+//
+// With fresh, the pod is written to freshDelay before every ADD of every arm
+// (touchPod), as the kubelet's status update comes shortly before a sandbox's
+// ADD, and the pod gets a name of its own.
+func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int, fresh bool) (*overheadResult, error) {
+	name := fmt.Sprintf("bench-%s-%d", kind, networks)
+	if fresh {
+		name = fmt.Sprintf("fresh-%s-%d", kind, networks)
+	}
+	pod, err := b.createPod(name, kind, networks)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +156,11 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int)
 			var cpu0 time.Duration
 			if daemon != nil {
 				if cpu0, err = processCPU(daemon.pid); err != nil {
+					return nil, err
+				}
+			}
+			if fresh {
+				if err := b.touchPod(pod); err != nil {
 					return nil, err
 				}
 			}

@@ -11,9 +11,11 @@ import (
 
 // results is everything one run measured; it is what -out writes.
 type results struct {
-	Meta        meta              `json:"meta"`
-	Startup     *startupResult    `json:"startup,omitempty"`
-	Overhead    []*overheadResult `json:"overhead,omitempty"`
+	Meta     meta              `json:"meta"`
+	Startup  *startupResult    `json:"startup,omitempty"`
+	Overhead []*overheadResult `json:"overhead,omitempty"`
+	// Fresh is the overhead of pods written to just before each ADD.
+	Fresh       []*overheadResult `json:"fresh_pod,omitempty"`
 	API         []*apiResult      `json:"api_requests,omitempty"`
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
@@ -126,6 +128,20 @@ func (r *results) printTable(w io.Writer) {
 		tw.Flush()
 	}
 
+	if len(r.Fresh) > 0 {
+		fmt.Fprintf(w, "\nPods written to %v before each ADD (as by the kubelet's status update), ms p50 / p99\n", freshDelay)
+		pairTable(w, r.Fresh, "manifold", "thick", func(r verbResult) (dist, float64, dist, float64) {
+			return r.Manifold, r.RatioP50, derefDist(r.Thick), r.ThickRatioP50
+		})
+		if r.Fresh[0].Add.Baseline != nil || r.Fresh[0].Add.ThickBaseline != nil {
+			fmt.Fprintf(w, "\nThe same, baseline arms (-baseline, -baseline-shim)\n")
+			pairTable(w, r.Fresh, "baseline", "thick baseline", func(r verbResult) (dist, float64, dist, float64) {
+				base, thickBase := derefDist(r.Baseline), derefDist(r.ThickBaseline)
+				return base, ratio(base.P50, r.Reference.P50), thickBase, r.ThickBaselineRatioP50
+			})
+		}
+	}
+
 	if len(r.API) > 0 {
 		fmt.Fprintf(w, "\nAPI requests per call (kube-apiserver apiserver_request_total, pods/NADs/events; etcd: the API server's etcd requests for them, etcd_requests_total)\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -182,6 +198,14 @@ func (r *results) printTable(w io.Writer) {
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
+
+// derefDist is *d, or an empty dist for an arm the run did not have.
+func derefDist(d *dist) dist {
+	if d == nil {
+		return dist{}
+	}
+	return *d
+}
 
 // verbRow is one line of a per-verb table: a pod shape and one of its verbs.
 type verbRow struct {
