@@ -229,10 +229,11 @@ func waitFile[T any](t *testing.T, path string, done chan T) {
 	t.Fatalf("ADD did not reach the gate (%s) within a minute", path)
 }
 
-// A NAD changed before the pod was created is attached in its new form, and
-// reading it costs etcd nothing: manifold reads the pod's NADs from the API
-// server's watch cache, no older than the pod (k8sclient.GetNAD). The API
-// request count stays one GET per NAD.
+// A NAD changed just before the pod was created is attached in its new form:
+// manifold reads NADs consistently, from etcd, never from the API server's
+// watch cache, which could be older than the change or make the read wait for
+// it (k8sclient.GetNAD). The ADD makes one GET of the NAD, and the API server
+// one etcd read for it.
 func TestNADChangedBeforePod(t *testing.T) {
 	e := newEnv(t)
 	oldNet, newNet := nextSubnet(), nextSubnet()
@@ -268,8 +269,8 @@ func TestNADChangedBeforePod(t *testing.T) {
 	if api1-api0 != 1 {
 		t.Errorf("NAD GETs during ADD: %v, want 1", api1-api0)
 	}
-	if etcd1-etcd0 != 0 {
-		t.Errorf("etcd NAD reads during ADD: %v, want 0 (served from the watch cache)", etcd1-etcd0)
+	if etcd1-etcd0 != 1 {
+		t.Errorf("etcd NAD reads during ADD: %v, want 1 (a consistent read)", etcd1-etcd0)
 	}
 	e.mustDel(conf, box)
 	e.checkNothingLeft(box)

@@ -15,18 +15,14 @@ type Pod struct {
 	Name        string
 	UID         string
 	Annotations map[string]string
-	// ResourceVersion is the version of the pod's last change that the read
-	// saw; NAD reads use it (GetNAD).
-	ResourceVersion string
 }
 
 type podJSON struct {
 	Metadata struct {
-		Namespace       string            `json:"namespace"`
-		Name            string            `json:"name"`
-		UID             string            `json:"uid"`
-		ResourceVersion string            `json:"resourceVersion"`
-		Annotations     map[string]string `json:"annotations"`
+		Namespace   string            `json:"namespace"`
+		Name        string            `json:"name"`
+		UID         string            `json:"uid"`
+		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 }
 
@@ -51,7 +47,7 @@ func (c *Client) getPod(ctx context.Context, path, namespace, name string) (*Pod
 	if err := c.do(ctx, "GET", path, "", nil, &p); err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
 	}
-	return &Pod{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, UID: p.Metadata.UID, Annotations: p.Metadata.Annotations, ResourceVersion: p.Metadata.ResourceVersion}, nil
+	return &Pod{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, UID: p.Metadata.UID, Annotations: p.Metadata.Annotations}, nil
 }
 
 // WaitForPod reads a pod, retrying while it is not found (the kubelet can call

@@ -134,7 +134,6 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 		}
 	}
 	pc.pod = pod
-	pc.nads.notOlderThan = pod.ResourceVersion
 	return pc, nil
 }
 

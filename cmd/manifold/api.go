@@ -25,7 +25,7 @@ const (
 // go out together (docs/performance.md).
 type podAPI interface {
 	WaitForPod(ctx context.Context, namespace, name, uid string, wait time.Duration) (*k8sclient.Pod, error)
-	GetNAD(ctx context.Context, namespace, name, notOlderThan string) (*k8sclient.NetworkAttachmentDefinition, error)
+	GetNAD(ctx context.Context, namespace, name string) (*k8sclient.NetworkAttachmentDefinition, error)
 	PatchPodAnnotation(ctx context.Context, namespace, name, key, value string) error
 	Event(ctx context.Context, pod *k8sclient.Pod, eventType, reason, message, host string, now time.Time) error
 }
@@ -35,11 +35,6 @@ type podAPI interface {
 type nadCache struct {
 	api     podAPI
 	answers map[nadKey]nadAnswer
-	// notOlderThan is the pod's resourceVersion once the pod has been read:
-	// from then on NADs are read from the API server's watch cache, no older
-	// than the pod (k8sclient.GetNAD). Before that, and without a pod, reads
-	// are consistent.
-	notOlderThan string
 }
 
 // nadKey names a NAD: namespace and name.
@@ -101,7 +96,7 @@ func (c *nadCache) fetch(ctx context.Context, keys []nadKey) {
 	answers := make([]nadAnswer, len(todo))
 	var wg sync.WaitGroup
 	for i, k := range todo {
-		wg.Go(func() { answers[i].nad, answers[i].err = c.api.GetNAD(ctx, k[0], k[1], c.notOlderThan) })
+		wg.Go(func() { answers[i].nad, answers[i].err = c.api.GetNAD(ctx, k[0], k[1]) })
 	}
 	wg.Wait()
 	for i, k := range todo {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -150,26 +149,24 @@ func TestStaticNADsReadDuringPodRead(t *testing.T) {
 	}
 }
 
-// TestNADReadsNotOlderThanPod checks which NAD reads may come from the API
-// server's watch cache: the ones made once the pod is known, bounded by the
-// pod's resourceVersion. The static NADs, read while the pod is still being
-// read, and every NAD of a pod that was not found, are read consistently.
-func TestNADReadsNotOlderThanPod(t *testing.T) {
+// TestNADReadsPerPod checks which NADs ADD reads: the static ones (here
+// clusterNetwork), and the pod's networks once the pod is found; each once.
+func TestNADReadsPerPod(t *testing.T) {
 	def := `{"cniVersion":"1.0.0","type":"noop"}`
 	for _, tc := range []struct {
-		name     string
-		pod      *k8sclient.Pod
-		versions map[string]string // NAD → the notOlderThan it was read with
+		name  string
+		pod   *k8sclient.Pod
+		reads []string
 	}{
 		{
 			name: "pod found",
-			pod: &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u", ResourceVersion: "4711",
-				Annotations: map[string]string{annotNetworks: "net-a,other/net-b"}},
-			versions: map[string]string{"kube-system/cluster-net": "", "default/net-a": "4711", "other/net-b": "4711"},
+			pod: &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u",
+				Annotations: map[string]string{annotNetworks: "net-a,other/net-b,net-a"}},
+			reads: []string{"default/net-a", "kube-system/cluster-net", "other/net-b"},
 		},
 		{
-			name:     "pod not found",
-			versions: map[string]string{"kube-system/cluster-net": ""},
+			name:  "pod not found",
+			reads: []string{"kube-system/cluster-net"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,14 +179,10 @@ func TestNADReadsNotOlderThanPod(t *testing.T) {
 			if _, err := p.networksFor(context.Background(), c, pc); err != nil {
 				t.Fatal(err)
 			}
-			api.mu.Lock()
-			defer api.mu.Unlock()
-			got := map[string]string{}
-			for i, nad := range api.nadReads {
-				got[nad] = api.nadVersions[i]
-			}
-			if len(api.nadReads) != len(tc.versions) || !maps.Equal(got, tc.versions) {
-				t.Errorf("NAD reads %v with versions %v, want %v", api.nadReads, api.nadVersions, tc.versions)
+			got := api.reads()
+			slices.Sort(got)
+			if !slices.Equal(got, tc.reads) {
+				t.Errorf("NAD reads %v, want %v", got, tc.reads)
 			}
 		})
 	}

@@ -35,8 +35,6 @@ type fakeAPI struct {
 	events   []string
 	patches  int
 	nadReads []string
-	// nadVersions holds each NAD read's notOlderThan, in nadReads' order.
-	nadVersions []string
 }
 
 func (f *fakeAPI) WaitForPod(_ context.Context, ns, name, _ string, _ time.Duration) (*k8sclient.Pod, error) {
@@ -49,10 +47,9 @@ func (f *fakeAPI) WaitForPod(_ context.Context, ns, name, _ string, _ time.Durat
 	return f.pod, nil
 }
 
-func (f *fakeAPI) GetNAD(_ context.Context, ns, name, notOlderThan string) (*k8sclient.NetworkAttachmentDefinition, error) {
+func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.NetworkAttachmentDefinition, error) {
 	f.mu.Lock()
 	f.nadReads = append(f.nadReads, ns+"/"+name)
-	f.nadVersions = append(f.nadVersions, notOlderThan)
 	f.mu.Unlock()
 	if err := f.nadErrs[ns+"/"+name]; err != nil {
 		return nil, err
