@@ -46,3 +46,35 @@ func TestThickBaselineReport(t *testing.T) {
 		t.Errorf("report without a thick baseline arm mentions one:\n%s", out.String())
 	}
 }
+
+// The fresh-pod section is reported with thick mode beside manifold, and its
+// baseline arms only when the run had them.
+func TestFreshReport(t *testing.T) {
+	v := verbSamples{
+		manifold: msList(150, 160, 170), reference: msList(100, 100, 100), overhead: msList(50, 60, 70),
+		thick: msList(104, 106, 108),
+	}
+	r := v.result()
+	o := &overheadResult{Delegates: kindNoop, Networks: 3, Add: r, Del: r}
+	var out strings.Builder
+	(&results{Fresh: []*overheadResult{o}}).printTable(&out)
+	for _, want := range []string{"Pods written to 10ms before each ADD", "160.0 / 170.0", "106.0 / 108.0", "1.600×", "1.060×"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "baseline") {
+		t.Errorf("report without baseline arms mentions one:\n%s", out.String())
+	}
+
+	v.baseline, v.thickBaseline = msList(250, 260, 270), msList(190, 200, 210)
+	r = v.result()
+	o = &overheadResult{Delegates: kindNoop, Networks: 3, Add: r, Del: r}
+	out.Reset()
+	(&results{Fresh: []*overheadResult{o}}).printTable(&out)
+	for _, want := range []string{"baseline arms", "260.0 / 270.0", "2.600×", "200.0 / 210.0", "2.000×"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report with baseline arms lacks %q:\n%s", want, out.String())
+		}
+	}
+}
