@@ -4,12 +4,18 @@
 # github.com/containernetworking/cni, at the versions in go.mod. They land in a
 # cache keyed by those versions; the directory is printed. Our own gate test
 # plugin (internal/testenv/gate) is built there too.
+#
+# They are built as upstream's release binaries are (scripts/release.sh there):
+# CGO_ENABLED=0, static. With cgo, every plugin start would also run the
+# dynamic loader, which the nodes' plugins do not, and which would make every
+# delegate, and so the benchmark's reference, slower than on a node.
 set -euo pipefail
+export CGO_ENABLED=0
 cd "$(dirname "$0")/.."
 CACHE=${MANIFOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/manifold}
 pv=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 cv=$(go list -m -f '{{.Version}}' github.com/containernetworking/cni)
-dir=$CACHE/cni-plugins-$pv-cni-$cv
+dir=$CACHE/cni-plugins-$pv-cni-$cv-static
 if [ ! -f "$dir/.complete" ]; then
   echo "building CNI plugins $pv and test plugins $cv into $dir" >&2
   mkdir -p "$dir"
