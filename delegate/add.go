@@ -40,6 +40,17 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 
 	results := make([]types.Result, 0, len(rec.Attachments))
 	for i := range rec.Attachments {
+		if err := r.confirm(ctx, rec, i); err != nil {
+			// Nothing of attachment i was attempted: undo those before it.
+			r.Prestart.Close()
+			r.rollback(ctx, rec, i-1)
+			if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
+				r.Log.Warn("remove scratch record after rollback", "error", rmErr)
+			}
+			l.Unlock(true)
+			unlocked = true
+			return nil, err
+		}
 		att := &rec.Attachments[i]
 		res, err := r.addOne(ctx, rec, att)
 		if err == nil {
@@ -66,6 +77,30 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		return nil, err
 	}
 	return results, nil
+}
+
+// confirm asks Confirm about attachment i (i > 0). A replacement is saved in
+// the record before it runs, so that the record always holds what DEL needs
+// for every attachment attempted; the processes started early are planned
+// again from it.
+func (r *Runner) confirm(ctx context.Context, rec *scratch.Record, i int) error {
+	if i == 0 || r.Confirm == nil {
+		return nil
+	}
+	repl, err := r.Confirm(ctx, i, &rec.Attachments[i])
+	if err != nil || repl == nil {
+		return err
+	}
+	rec.Attachments[i] = *repl
+	if err := r.Store.Save(rec); err != nil {
+		return err
+	}
+	rest := make([]*netconf.Attachment, 0, len(rec.Attachments)-i)
+	for j := i; j < len(rec.Attachments); j++ {
+		rest = append(rest, &rec.Attachments[j])
+	}
+	r.expect("ADD", rec, rest)
+	return nil
 }
 
 func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) (types.Result, error) {

@@ -36,6 +36,14 @@ type Runner struct {
 	// DEL tell it the plugin calls to expect, so that it can start each
 	// process before its turn. CNI must then be a *libcni.CNIConfig.
 	Prestart *Exec
+	// Confirm, when set, is called by Add before each attachment after the
+	// first, with its position and the attachment as recorded. It returns nil
+	// to run the attachment as recorded; a replacement, which Add records
+	// before it runs it; or an error, which fails the ADD as a delegate's
+	// would: what was attached is undone. The node daemon builds networks
+	// from remembered NAD configs while their reads are on the way, and
+	// confirms them here (cmd/manifold, nadCache.speculate).
+	Confirm func(ctx context.Context, i int, recorded *netconf.Attachment) (*netconf.Attachment, error)
 }
 
 // NewCNI returns the libcni runner used in production: plugins are looked up in

@@ -26,9 +26,14 @@ type fakeCNI struct {
 	failAdd    map[string]error
 	failDel    map[string]error
 	cached     []*libcni.NetworkAttachment
+	// onAdd, when set, runs at the start of each ADD.
+	onAdd func(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf)
 }
 
 func (f *fakeCNI) AddNetworkList(_ context.Context, l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (types.Result, error) {
+	if f.onAdd != nil {
+		f.onAdd(l, rt)
+	}
 	f.calls = append(f.calls, "ADD "+l.Name+" "+rt.IfName)
 	if err := f.failAdd[l.Name]; err != nil {
 		return nil, err

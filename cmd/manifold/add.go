@@ -33,6 +33,10 @@ type podContext struct {
 	api  podAPI
 	nads *nadCache      // nil when api is
 	pod  *k8sclient.Pod // nil: no API, or the pod was not found
+	// pending are the networks built from the daemon's memory of their NADs
+	// while the NADs' reads were on the way; each is confirmed before its
+	// delegate runs (confirm).
+	pending []pendingNAD
 }
 
 func (p *plugin) add(c *call) error {
@@ -59,6 +63,9 @@ func (p *plugin) add(c *call) error {
 		Pod:         c.pod,
 		RuntimeArgs: c.cniArgs,
 		Attachments: atts,
+	}
+	if len(pc.pending) > 0 {
+		c.runner.Confirm = pc.confirm(c)
 	}
 	results, err := c.runner.Add(ctx, rec)
 	if err != nil {
@@ -112,7 +119,7 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	if err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
-	pc.api, pc.nads = api, newNADCache(api)
+	pc.api, pc.nads = api, newNADCache(api, p.nadMemory, c.conf.Kubeconfig)
 	// The clusterNetwork and defaultNetworks NADs do not depend on the pod:
 	// read them during the pod's round trip rather than after it.
 	var wg sync.WaitGroup
@@ -148,7 +155,7 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 		return nil, err
 	}
 	if pc.pod != nil {
-		if err := p.podNetworks(ctx, c, pc.pod, pc.nads, &atts); err != nil {
+		if err := p.podNetworks(ctx, c, pc, &atts); err != nil {
 			return nil, err
 		}
 	}
@@ -164,8 +171,12 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 }
 
 // podNetworks applies the pod's annotations: the default-network override, then
-// the networks it asks for.
-func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, nads *nadCache, atts *[]netconf.Attachment) error {
+// the networks it asks for. In the node daemon, a network whose NAD is still
+// being read is built from the daemon's memory of that NAD, and confirmed by
+// the read before its delegate runs (pc.confirm); the default network never
+// is, since its delegate runs first.
+func (p *plugin) podNetworks(ctx context.Context, c *call, pc *podContext, atts *[]netconf.Attachment) error {
+	pod, nads := pc.pod, pc.nads
 	if v := strings.TrimSpace(pod.Annotations[annotDefaultNetwork]); v != "" {
 		sel, err := netconf.ParseDefaultNetworkAnnotation(v, c.conf.MultusNamespace)
 		if err != nil {
@@ -192,6 +203,14 @@ func (p *plugin) podNetworks(ctx context.Context, c *call, pod *k8sclient.Pod, n
 	for _, sel := range sels {
 		if err := checkIsolation(c.conf, pod.Namespace, &sel, false); err != nil {
 			return err
+		}
+		if cfg, ok := nads.speculate(nadKey{sel.Namespace, sel.Name}); ok {
+			// A remembered config that makes no attachment waits for the read.
+			if att, err := attachmentFor(c.log, c.conf, sel, cfg, true); err == nil {
+				pc.pending = append(pc.pending, pendingNAD{index: len(*atts), sel: sel, config: cfg})
+				*atts = append(*atts, att)
+				continue
+			}
 		}
 		att, err := attachSelection(ctx, c.log, c.conf, nads, sel)
 		if err != nil {
@@ -230,12 +249,19 @@ func mergeRuntimeConfig(fromRuntime, fromAnnotation map[string]any) map[string]a
 	return out
 }
 
-// attachSelection turns one requested network into an attachment.
+// attachSelection turns one requested network into an attachment, once its NAD
+// has been read.
 func attachSelection(ctx context.Context, log *slog.Logger, conf *netconf.Config, nads *nadCache, sel netconf.NetworkSelection) (netconf.Attachment, error) {
 	cfg, found, err := nads.NADConfig(ctx, sel.Namespace, sel.Name)
 	if err != nil {
 		return netconf.Attachment{}, err
 	}
+	return attachmentFor(log, conf, sel, cfg, found)
+}
+
+// attachmentFor builds the attachment of sel from its NAD's spec.config; found
+// is false when the NAD does not exist.
+func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSelection, cfg string, found bool) (netconf.Attachment, error) {
 	if !found {
 		return netconf.Attachment{}, netconf.Invalid("network %s/%s: NetworkAttachmentDefinition not found", sel.Namespace, sel.Name)
 	}

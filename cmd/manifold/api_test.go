@@ -57,7 +57,7 @@ func TestStaticNADKeys(t *testing.T) {
 // TestPrefetchReadsEachNADOnce: the NADs of an annotation are read together,
 // each distinct one once, not past a selection that isolation forbids; the
 // ordered lookup then reads nothing more and reports each answer as a direct
-// read would.
+// read would. prefetch only starts the reads.
 func TestPrefetchReadsEachNADOnce(t *testing.T) {
 	nadConf := `{"cniVersion":"1.0.0","type":"noop"}`
 	api := &fakeAPI{
@@ -69,9 +69,21 @@ func TestPrefetchReadsEachNADOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := newNADCache(api)
+	cache := newNADCache(api, nil, "")
 	cache.prefetch(context.Background(), conf, "default", sels)
+	var started []string
+	cache.mu.Lock()
+	for k := range cache.reads {
+		started = append(started, k.String())
+	}
+	cache.mu.Unlock()
+	slices.Sort(started)
+	cache.fetch(context.Background(), []nadKey{{"default", "a"}, {"default", "b"}, {"default", "down"}, {"default", "missing"}})
 	got := api.reads()
+	slices.Sort(got)
+	if !slices.Equal(started, got) {
+		t.Fatalf("prefetch started reads of %v, and the server saw %v", started, got)
+	}
 	slices.Sort(got)
 	if want := []string{"default/a", "default/b", "default/down", "default/missing"}; !slices.Equal(got, want) {
 		t.Fatalf("prefetch read %v, want %v (each once, and not other/c, which isolation forbids)", got, want)

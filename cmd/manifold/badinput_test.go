@@ -30,6 +30,8 @@ type fakeAPI struct {
 	nadErrs map[string]error
 	// podHook, when set, runs inside WaitForPod before it answers.
 	podHook func()
+	// nadGates hold the reads of these NADs ("namespace/name") until closed.
+	nadGates map[string]chan struct{}
 
 	mu       sync.Mutex
 	events   []string
@@ -51,6 +53,11 @@ func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.Network
 	f.mu.Lock()
 	f.nadReads = append(f.nadReads, ns+"/"+name)
 	f.mu.Unlock()
+	if gate := f.nadGates[ns+"/"+name]; gate != nil {
+		<-gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.nadErrs[ns+"/"+name]; err != nil {
 		return nil, err
 	}

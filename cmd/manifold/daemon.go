@@ -89,6 +89,7 @@ func newDaemon(log *slog.Logger) *daemon {
 	p.newAPI = apis.get
 	p.logs = &logFiles{}
 	p.reports = &reports{}
+	p.nadMemory = &nadMemory{}
 	return &daemon{plugin: p, log: log}
 }
 

@@ -34,6 +34,9 @@ type plugin struct {
 	// reports is the daemon's status writes in flight; nil in the binary,
 	// which writes the status before it answers.
 	reports *reports
+	// nadMemory is the daemon's memory of the NADs it has read; nil in the
+	// binary (nadCache.speculate).
+	nadMemory *nadMemory
 	// answered, in a daemon call, is closed once the answer is delivered and
 	// the shim has gone: the status write waits for it.
 	answered <-chan struct{}
