@@ -13,7 +13,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
@@ -238,17 +237,7 @@ func TestNADChangedBeforePod(t *testing.T) {
 	e := newEnv(t)
 	oldNet, newNet := nextSubnet(), nextSubnet()
 	e.nad(e.ns, "changed", e.macvlanConf("", oldNet))
-	nads := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(e.ns)
-	obj, err := nads.Get(e.ctx(), "changed", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(obj.Object, e.macvlanConf("", newNet), "spec", "config"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nads.Update(e.ctx(), obj, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("update NAD: %v", err)
-	}
+	e.setNADConfig(e.ns, "changed", e.macvlanConf("", newNet))
 	pod := e.pod(e.ns, map[string]string{annotNetworks: "changed"})
 	box := e.sandboxFor(pod)
 	conf := e.manifoldConf(nil)

@@ -23,6 +23,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
@@ -228,6 +229,22 @@ func (e *env) nad(namespace, name, config string) {
 	_, err = e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace).Create(e.ctx(), obj, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create NAD %s/%s: %v", namespace, name, err)
+	}
+}
+
+// setNADConfig replaces the spec.config of an existing NAD.
+func (e *env) setNADConfig(namespace, name, config string) {
+	e.t.Helper()
+	nads := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace)
+	obj, err := nads.Get(e.ctx(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get NAD %s/%s: %v", namespace, name, err)
+	}
+	if err := unstructured.SetNestedField(obj.Object, config, "spec", "config"); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := nads.Update(e.ctx(), obj, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatalf("update NAD %s/%s: %v", namespace, name, err)
 	}
 }
 

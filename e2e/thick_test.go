@@ -21,7 +21,6 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
@@ -274,17 +273,7 @@ func TestThickRememberedNAD(t *testing.T) {
 	}
 	attach(oldNet)
 
-	nads := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(e.ns)
-	obj, err := nads.Get(e.ctx(), "mv", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(obj.Object, e.macvlanConf("", newNet), "spec", "config"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nads.Update(e.ctx(), obj, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("update NAD: %v", err)
-	}
+	e.setNADConfig(e.ns, "mv", e.macvlanConf("", newNet))
 	attach(newNet)
 	// Which way the second ADD went depends on whether the NAD's read
 	// answered before the lookup (then the memory was not used): nearly
@@ -294,12 +283,12 @@ func TestThickRememberedNAD(t *testing.T) {
 		t.Logf("the second ADD did not build net1 from the daemon's memory (log: %s)", b)
 	}
 
-	if err := nads.Delete(e.ctx(), "mv", metav1.DeleteOptions{}); err != nil {
+	if err := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(e.ns).Delete(e.ctx(), "mv", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
 	box := e.thickSandbox(pod, conf)
-	_, err = e.add(conf, box)
+	_, err := e.add(conf, box)
 	wantCode(t, err, 7, e.ns+"/"+pod.Name, "mv")
 	e.checkRefused(box, "mv")
 	e.mustDel(conf, box)
