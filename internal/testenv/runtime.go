@@ -3,10 +3,13 @@ package testenv
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 // Runtime calls manifold the way containerd does: through libcni, with manifold's
@@ -17,10 +20,13 @@ type Runtime struct {
 	BinDir string
 }
 
-// NewRuntime makes a runtime whose own libcni cache is a temp dir.
+// NewRuntime makes a runtime whose own libcni cache is a temp dir. Its exec is
+// given, not left to libcni, which sets a missing one on first use and so
+// races when a test runs ADD and DEL at once.
 func NewRuntime(t testing.TB, binDir string) *Runtime {
 	t.Helper()
-	return &Runtime{CNI: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), BinDir: binDir}
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return &Runtime{CNI: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), exec), BinDir: binDir}
 }
 
 // PodArgs are the CNI_ARGS containerd sends for a pod.
