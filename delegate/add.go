@@ -17,7 +17,8 @@ import (
 // leaves enough on disk for DEL or GC to undo what was done. If attachment k fails,
 // DEL runs for attachments k..0 in reverse order (the failed one too, since it may
 // have half-attached), the record is removed, and the original error is returned
-// with the network and interface named and the delegate's CNI code kept.
+// with the network and interface named and the delegate's CNI code kept. When
+// Confirm refuses attachment k, it is the same with k-1..0, and Confirm's error.
 func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, error) {
 	l, err := r.lock(ctx, rec.ContainerID)
 	if err != nil {
@@ -38,27 +39,11 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		return nil, err
 	}
 
-	results := make([]types.Result, 0, len(rec.Attachments))
-	for i := range rec.Attachments {
-		if err := r.confirm(ctx, rec, i); err != nil {
-			// Nothing of attachment i was attempted: undo those before it.
-			r.Prestart.Close()
-			r.rollback(ctx, rec, i-1)
-			if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
-				r.Log.Warn("remove scratch record after rollback", "error", rmErr)
-			}
-			l.Unlock(true)
-			unlocked = true
-			return nil, err
-		}
-		att := &rec.Attachments[i]
-		res, err := r.addOne(ctx, rec, att)
-		if err == nil {
-			results = append(results, res)
-			continue
-		}
+	// fail undoes attachments last..0 in reverse order, removes the record
+	// and the lock file, and returns err.
+	fail := func(last int, err error) ([]types.Result, error) {
 		r.Prestart.Close()
-		r.rollback(ctx, rec, i)
+		r.rollback(ctx, rec, last)
 		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
 			r.Log.Warn("remove scratch record after rollback", "error", rmErr)
 		}
@@ -67,14 +52,20 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		return nil, err
 	}
 
-	if err := r.applyDefaultRoute(ctx, rec, results); err != nil {
-		r.rollback(ctx, rec, len(rec.Attachments)-1)
-		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
-			r.Log.Warn("remove scratch record after rollback", "error", rmErr)
+	results := make([]types.Result, 0, len(rec.Attachments))
+	for i := range rec.Attachments {
+		if err := r.confirm(ctx, rec, i); err != nil {
+			return fail(i-1, err) // attachment i was not attempted
 		}
-		l.Unlock(true)
-		unlocked = true
-		return nil, err
+		res, err := r.addOne(ctx, rec, &rec.Attachments[i])
+		if err != nil {
+			return fail(i, err) // it may have half-attached
+		}
+		results = append(results, res)
+	}
+
+	if err := r.applyDefaultRoute(ctx, rec, results); err != nil {
+		return fail(len(rec.Attachments)-1, err)
 	}
 	return results, nil
 }
