@@ -16,6 +16,8 @@ type apiResult struct {
 	Arm      string `json:"arm"`
 	Networks int    `json:"networks"`
 	Calls    int    `json:"calls"`
+	// OlderRuntime: the runtime did not pass the pod's annotations.
+	OlderRuntime bool `json:"older_runtime,omitempty"`
 	// PerAdd and PerDel count requests per call by "VERB resource[/subresource]",
 	// from kube-apiserver's apiserver_request_total, for the resources manifold
 	// touches (pods, NADs, events), and the API server's etcd requests for
@@ -84,14 +86,16 @@ func perCall(before, after map[string]float64, calls int) (mine, other map[strin
 //
 // The thick arm's daemon writes the status just after it answers, so for that
 // arm the counters are read again until they settle before the DEL window.
-func (b *bench) apiLoad(arm string, pod *podSpec, calls int) (*apiResult, error) {
+func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) (*apiResult, error) {
 	netns, err := b.newNetNS()
 	if err != nil {
 		return nil, err
 	}
 	var sbs []*sandbox
 	for i := 0; i < calls; i++ {
-		sbs = append(sbs, b.newSandbox(pod, netns.Path()))
+		sb := b.newSandbox(pod, netns.Path())
+		sb.OlderRuntime = olderRuntime
+		sbs = append(sbs, sb)
 	}
 	read := func() (map[string]float64, error) {
 		text, err := b.cp.Metrics(b.ctx)
@@ -138,7 +142,7 @@ func (b *bench) apiLoad(arm string, pod *podSpec, calls int) (*apiResult, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &apiResult{Arm: arm, Networks: pod.Networks, Calls: calls}
+	r := &apiResult{Arm: arm, Networks: pod.Networks, Calls: calls, OlderRuntime: olderRuntime}
 	r.PerAdd, r.BackgroundAdd = perCall(m0, m1, calls)
 	r.PerDel, r.BackgroundDel = perCall(m1, m2, calls)
 	return r, nil

@@ -67,7 +67,7 @@ func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox)
 	case armThick, armThickBaseline:
 		rt = b.thickArmOf(arm).runtime
 	}
-	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args()}
+	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
 	rec := &recorder{}
 	rctx := withRecorder(ctx, rec)
 	var err error

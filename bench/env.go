@@ -24,6 +24,7 @@ import (
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // Delegate sets.
@@ -428,6 +429,8 @@ func (b *bench) manifoldConfList(kind, binDir string) (*libcni.NetworkConfigList
 		"cniDir":         b.cniDir,
 		"confDir":        b.netDir,
 		"binDir":         binDir,
+		// As manifold-install writes it: the runtime passes the pod's annotations.
+		"capabilities": map[string]bool{netconf.CapPodAnnotations: true},
 	}
 	raw, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "manifold-bench", "plugins": []any{plugin}})
 	if err != nil {
@@ -473,6 +476,19 @@ type sandbox struct {
 	Pod         *podSpec
 	NetNS       string
 	ContainerID string
+	// OlderRuntime: the runtime does not pass the pod's annotations, so
+	// manifold reads the pod.
+	OlderRuntime bool
+}
+
+// capabilityArgs are the capability args containerd and CRI-O pass for a pod:
+// its annotations, as the kubelet gave them (none for an older runtime).
+// libcni passes them only to a plugin that declares the capability.
+func (s *sandbox) capabilityArgs() map[string]any {
+	if s.OlderRuntime {
+		return nil
+	}
+	return map[string]any{netconf.CapPodAnnotations: s.Pod.Obj.Annotations}
 }
 
 func (b *bench) newSandbox(p *podSpec, netns string) *sandbox {

@@ -180,16 +180,23 @@ func run(s settings, out string) (err error) {
 		}
 	}
 	if want("api") {
-		for _, arm := range []string{armManifold, armThick} {
+		for _, run := range []struct {
+			arm   string
+			older bool
+		}{{armManifold, false}, {armThick, false}, {armManifold, true}} {
 			for _, n := range []int{1, 3, 8} {
-				logf("API requests: %s, %d networks, %d ADDs and DELs", arm, n, s.apiCalls)
-				pod, err := b.createPod(fmt.Sprintf("api-%s-%d", arm, n), kindNoop, n)
+				label := run.arm
+				if run.older {
+					label += "-older-runtime"
+				}
+				logf("API requests: %s, %d networks, %d ADDs and DELs", label, n, s.apiCalls)
+				pod, err := b.createPod(fmt.Sprintf("api-%s-%d", label, n), kindNoop, n)
 				if err != nil {
 					return err
 				}
-				a, err := b.apiLoad(arm, pod, s.apiCalls)
+				a, err := b.apiLoad(run.arm, pod, s.apiCalls, run.older)
 				if err != nil {
-					return fmt.Errorf("API requests %s %d: %w", arm, n, err)
+					return fmt.Errorf("API requests %s %d: %w", label, n, err)
 				}
 				res.API = append(res.API, a)
 			}

@@ -147,7 +147,11 @@ func (r *results) printTable(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "arm\tnets\tcalls\tper ADD\tper DEL")
 		for _, a := range r.API {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", a.Arm, a.Networks, a.Calls, formatCounts(a.PerAdd), formatCounts(a.PerDel))
+			arm := a.Arm
+			if a.OlderRuntime {
+				arm += " (runtime passes no pod annotations)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", arm, a.Networks, a.Calls, formatCounts(a.PerAdd), formatCounts(a.PerDel))
 		}
 		tw.Flush()
 	}

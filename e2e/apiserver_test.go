@@ -264,3 +264,47 @@ func TestNADChangedBeforePod(t *testing.T) {
 	e.mustDel(conf, box)
 	e.checkNothingLeft(box)
 }
+
+// With a runtime that passes the pod's annotations (containerd, CRI-O), ADD
+// reads no pod from the API server: the networks come from the annotations as
+// the kubelet gave them. With one that does not, ADD reads the pod once. Both
+// write the same status.
+func TestRuntimePodAnnotationsSkipPodRead(t *testing.T) {
+	e := newEnv(t)
+	sa, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "a", e.macvlanConf("", sa))
+	e.nad(e.ns, "b", e.macvlanConf("", sb))
+	conf := e.manifoldConf(nil)
+	podReads := func() float64 {
+		text, err := e.cp.Metrics(e.ctx())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return controlplane.SumMetric(text, "apiserver_request_total", map[string]string{"resource": "pods", "subresource": "", "verb": "GET"})
+	}
+	for _, tc := range []struct {
+		name  string
+		older bool
+		reads float64
+	}{
+		{name: "annotations from the runtime", reads: 0},
+		{name: "older runtime", older: true, reads: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := e.pod(e.ns, map[string]string{annotNetworks: "a, b"})
+			box := e.sandboxFor(pod)
+			if tc.older {
+				box.olderRuntime()
+			}
+			before := podReads()
+			res := e.mustAdd(conf, box)
+			if got := podReads() - before; got != tc.reads {
+				t.Errorf("pod GETs during ADD: %v, want %v", got, tc.reads)
+			}
+			e.checkAttached(box, res, []want{e.clusterWant(),
+				{name: e.ns + "/a", ifname: "net1", subnet: sa}, {name: e.ns + "/b", ifname: "net2", subnet: sb}})
+			e.mustDel(conf, box)
+			e.checkNothingLeft(box)
+		})
+	}
+}

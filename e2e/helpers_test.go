@@ -29,6 +29,7 @@ import (
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // Annotation keys manifold reads and writes.
@@ -191,6 +192,8 @@ func (e *env) manifoldConf(extra map[string]any) *libcni.NetworkConfigList {
 		"podWaitTimeout":   podWaitTimeout.String(),
 		"logFile":          e.logFile,
 		"logLevel":         "debug",
+		// As manifold-install writes it: the runtime passes the pod's annotations.
+		"capabilities": map[string]bool{netconf.CapPodAnnotations: true},
 	}
 	for k, v := range extra {
 		plugin[k] = v
@@ -276,8 +279,9 @@ func (e *env) getPod(p *corev1.Pod) *corev1.Pod {
 	return got
 }
 
-// sandbox is one pod sandbox as containerd sees it: a container ID, a netns and
-// the CNI_ARGS for the pod.
+// sandbox is one pod sandbox as containerd sees it: a container ID, a netns,
+// the CNI_ARGS for the pod and, for a pod the API knows, the pod's annotations
+// as the kubelet gave them when it created the sandbox.
 type sandbox struct {
 	*testenv.Pod
 	netns ns.NetNS
@@ -324,8 +328,19 @@ func (e *env) sandboxNamed(namespace, name, uid string, p *corev1.Pod) *sandbox 
 		netns: netns,
 		k8s:   p,
 	}
+	if p != nil {
+		sb.CapabilityArgs = map[string]any{netconf.CapPodAnnotations: p.Annotations}
+	}
 	conf := e.manifoldConf(nil)
 	e.t.Cleanup(func() { _ = e.rt.Del(context.Background(), conf, sb.Pod) })
+	return sb
+}
+
+// olderRuntime makes the sandbox's runtime one that does not pass the pod's
+// annotations, or a config that does not ask for them: manifold then reads
+// the pod.
+func (sb *sandbox) olderRuntime() *sandbox {
+	sb.CapabilityArgs = nil
 	return sb
 }
 

@@ -3,8 +3,10 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,11 +236,11 @@ func TestPodNotFound(t *testing.T) {
 	e.checkNothingLeft(box)
 }
 
-// A pod replaced under the same name, as a StatefulSet does: the first pod
-// read comes from the API server's watch cache, which may still hold the old
-// pod. ADD for the new pod must attach the new pod's networks and write its
-// status; ADD for a sandbox of the old pod must be refused (code 7), with
-// nothing attached.
+// A pod replaced under the same name, as a StatefulSet does, with a runtime
+// that does not pass the pod's annotations: the first pod read comes from the
+// API server's watch cache, which may still hold the old pod. ADD for the new
+// pod must attach the new pod's networks and write its status; ADD for a
+// sandbox of the old pod must be refused (code 7), with nothing attached.
 func TestReplacedPod(t *testing.T) {
 	e := newEnv(t)
 	sa, sb := nextSubnet(), nextSubnet()
@@ -246,14 +248,82 @@ func TestReplacedPod(t *testing.T) {
 	e.nad(e.ns, "b", e.macvlanConf("", sb))
 	conf := e.manifoldConf(nil)
 
-	old := e.pod(e.ns, map[string]string{annotNetworks: "a"})
+	old, created := e.replacePod(map[string]string{annotNetworks: "a"}, map[string]string{annotNetworks: "b"})
+
+	// At once, while the watch cache may still hold the old pod.
+	box := e.sandboxFor(created).olderRuntime()
+	res := e.mustAdd(conf, box)
+	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
+
+	stale := e.sandboxNamed(old.Namespace, old.Name, string(old.UID), nil)
+	_, err := e.add(conf, stale)
+	wantCode(t, err, 7, string(old.UID), string(created.UID), "replaced")
+
+	e.mustDel(conf, box)
+	// Both sandboxes share the cluster bridge: check once both are gone.
+	e.checkNothingLeft(stale)
+	e.checkNothingLeft(box)
+}
+
+// The same, with a runtime that passes the pod's annotations: a sandbox of
+// the old pod comes with the old pod's annotations and UID, so its ADD
+// attaches the old pod's networks, which is what that sandbox asked for (the
+// kubelet tears it down). What it must not do is write the old pod's status
+// onto the replacement: the status patch is conditional on the old UID, and
+// the API server refuses it.
+func TestReplacedPodRuntimeAnnotations(t *testing.T) {
+	e := newEnv(t)
+	sa, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "a", e.macvlanConf("", sa))
+	e.nad(e.ns, "b", e.macvlanConf("", sb))
+	conf := e.manifoldConf(nil)
+
+	old, created := e.replacePod(map[string]string{annotNetworks: "a"}, map[string]string{annotNetworks: "b"})
+	box := e.sandboxFor(created)
+	res := e.mustAdd(conf, box)
+	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
+
+	stale := e.sandboxFor(old)
+	if _, err := e.add(conf, stale); err != nil {
+		t.Fatalf("ADD of the old pod's sandbox: %v", err)
+	}
+	if l := links(t, stale.netns); len(l) != 2 || l["net1"].addrs == nil || !sa.Contains(l["net1"].addrs[0].IP) {
+		t.Errorf("old pod's sandbox: interfaces %v, want eth0 and net1 in %s", l, sa)
+	}
+	// The replacement's status is still its own.
+	st, ok := e.status(created)
+	if !ok || len(st) != 2 || st[1].Name != e.ns+"/b" {
+		t.Errorf("replacement's network-status = %+v, want its own (%s/b on net1)", st, e.ns)
+	}
+	logs, err := os.ReadFile(e.logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := slices.ContainsFunc(strings.Split(string(logs), "\n"), func(l string) bool {
+		return strings.Contains(l, "write network status") && strings.Contains(l, "metadata.uid") && strings.Contains(l, string(old.UID))
+	})
+	if !refused {
+		t.Errorf("manifold's log does not show the status patch refused for UID %s", old.UID)
+	}
+
+	e.mustDel(conf, stale)
+	e.mustDel(conf, box)
+	e.checkNothingLeft(stale)
+	e.checkNothingLeft(box)
+}
+
+// replacePod creates a pod, deletes it at once and creates another of the same
+// name, as a StatefulSet does; it returns both.
+func (e *env) replacePod(oldAnnotations, newAnnotations map[string]string) (old, created *corev1.Pod) {
+	t := e.t
+	t.Helper()
+	old = e.pod(e.ns, oldAnnotations)
 	zero := int64(0)
 	if err := e.k8s.CoreV1().Pods(e.ns).Delete(e.ctx(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	replacement := old.DeepCopy()
-	replacement.ObjectMeta = metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace, Annotations: map[string]string{annotNetworks: "b"}}
-	var created *corev1.Pod
+	replacement.ObjectMeta = metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace, Annotations: newAnnotations}
 	var err error
 	// The delete is immediate, but the name can take a moment to be free.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -268,18 +338,5 @@ func TestReplacedPod(t *testing.T) {
 	if created.UID == old.UID {
 		t.Fatalf("the replacement has the old UID %s", old.UID)
 	}
-
-	// At once, while the watch cache may still hold the old pod.
-	box := e.sandboxFor(created)
-	res := e.mustAdd(conf, box)
-	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
-
-	stale := e.sandboxNamed(old.Namespace, old.Name, string(old.UID), nil)
-	_, err = e.add(conf, stale)
-	wantCode(t, err, 7, string(old.UID), string(created.UID), "replaced")
-
-	e.mustDel(conf, box)
-	// Both sandboxes share the cluster bridge: check once both are gone.
-	e.checkNothingLeft(stale)
-	e.checkNothingLeft(box)
+	return old, created
 }

@@ -12,7 +12,8 @@ import (
 // single manifold plugin whose default network (clusterNetwork) is the
 // primary's file on the host. It takes the primary's cniVersion, a version
 // this node's runtime is known to accept, so the runtime sees results in the
-// same version as it did without manifold; and the primary's capabilities.
+// same version as it did without manifold; and the primary's capabilities,
+// with the pod's annotations (netconf.CapPodAnnotations) added.
 //
 // In thick mode the plugin is manifold-shim with the daemon's socket; every
 // other key stays the same, because the daemon, and the manifold binary that
@@ -24,9 +25,15 @@ func GenerateConfig(p *Primary, o *Options) ([]byte, error) {
 		"kubeconfig":     filepath.Join(o.hostCredDir(), kubeconfigName),
 		"binDir":         o.HostCNIBinDir,
 	}
-	if len(p.Capabilities) > 0 {
-		plugin["capabilities"] = p.Capabilities
+	// The primary's capabilities, so that the runtime passes their args on to
+	// it, and the pod's annotations, so that ADD need not read the pod.
+	caps := map[string]bool{netconf.CapPodAnnotations: true}
+	for c, on := range p.Capabilities {
+		if on {
+			caps[c] = true
+		}
 	}
+	plugin["capabilities"] = caps
 	for key, v := range map[string]string{
 		"daemonSocket":           o.DaemonSocket,
 		"cniDir":                 o.CNIDir,

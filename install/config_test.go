@@ -163,7 +163,7 @@ func bridgePlugin(o *Options) map[string]any {
 		"name":       DefaultNetworkName,
 		"cniVersion": "0.4.0",
 		// bandwidth is declared false in the primary, so it is not a capability.
-		"capabilities":   map[string]any{"portMappings": true},
+		"capabilities":   map[string]any{"portMappings": true, netconf.CapPodAnnotations: true},
 		"clusterNetwork": filepath.Join(o.HostCNIConfDir, "10-bridge.conf"),
 		"kubeconfig":     filepath.Join(o.HostCNIConfDir, "manifold.d", "manifold.kubeconfig"),
 		"cniDir":         "/var/lib/cni/manifold",
@@ -222,19 +222,21 @@ func TestGenerateConfigFromConflist(t *testing.T) {
 	if version != "1.0.0" {
 		t.Errorf("cniVersion %q, want the primary's 1.0.0", version)
 	}
-	want := map[string]any{"portMappings": true, "bandwidth": true}
+	want := map[string]any{"portMappings": true, "bandwidth": true, netconf.CapPodAnnotations: true}
 	if !reflect.DeepEqual(plugin["capabilities"], want) {
-		t.Errorf("capabilities %v, want the union of the plugins' %v", plugin["capabilities"], want)
+		t.Errorf("capabilities %v, want the union of the plugins' and the pod's annotations %v", plugin["capabilities"], want)
 	}
 	if plugin["clusterNetwork"] != filepath.Join(o.HostCNIConfDir, "10-calico.conflist") {
 		t.Errorf("clusterNetwork %v", plugin["clusterNetwork"])
 	}
 }
 
+// A primary that declares no capabilities: manifold's config still asks the
+// runtime for the pod's annotations.
 func TestGenerateConfigWithoutCapabilities(t *testing.T) {
 	_, plugin := generate(t, DefaultOptions(), "10-ptp.conf", `{"cniVersion":"1.1.0","name":"p","type":"ptp"}`)
-	if _, ok := plugin["capabilities"]; ok {
-		t.Errorf("capabilities %v, want none", plugin["capabilities"])
+	if want := map[string]any{netconf.CapPodAnnotations: true}; !reflect.DeepEqual(plugin["capabilities"], want) {
+		t.Errorf("capabilities %v, want only %v", plugin["capabilities"], want)
 	}
 }
 
@@ -277,7 +279,7 @@ func TestGenerateConfigFlags(t *testing.T) {
 	}
 	want := map[string]any{
 		"type":                   "manifold",
-		"capabilities":           map[string]any{"portMappings": true},
+		"capabilities":           map[string]any{"portMappings": true, netconf.CapPodAnnotations: true},
 		"clusterNetwork":         "/etc/kubernetes/cni/net.d/10-bridge.conf",
 		"kubeconfig":             "/etc/kubernetes/cni/net.d/manifold.d/manifold.kubeconfig",
 		"cniDir":                 "/run/manifold",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // modes runs a test with fsnotify and with the poll fallback alone.
@@ -59,7 +60,7 @@ func TestRunRegeneratesOnChange(t *testing.T) {
 		// The primary changes in place: new version and capabilities.
 		n.writeConf(t, "10-bridge.conf", `{"cniVersion":"1.0.0","name":"podnet","type":"bridge","capabilities":{"bandwidth":true}}`)
 		n.wantClusterNetwork(t, "10-bridge.conf", "1.0.0")
-		if _, p, err := n.plugin(); err != nil || fmt.Sprint(p["capabilities"]) != "map[bandwidth:true]" {
+		if _, p, err := n.plugin(); err != nil || fmt.Sprint(p["capabilities"]) != "map[bandwidth:true "+netconf.CapPodAnnotations+":true]" {
 			t.Fatalf("capabilities not regenerated: %v, %v", p["capabilities"], err)
 		}
 

@@ -250,7 +250,7 @@ func TestConcurrentRequestsShareOneConnection(t *testing.T) {
 	}
 	done := make(chan error)
 	for i := 0; i < 8; i++ {
-		go func() { done <- c.PatchPodAnnotation(ctx, "ns", "p", "k", "v") }()
+		go func() { done <- c.PatchPodAnnotation(ctx, "ns", "p", "", "k", "v") }()
 	}
 	for i := 0; i < 8; i++ {
 		if err := <-done; err != nil {

@@ -95,8 +95,16 @@ func (c *Client) WaitForPod(ctx context.Context, namespace, name, uid string, wa
 // PatchPodAnnotation sets one annotation with a merge patch on the status
 // subresource. A merge patch leaves the pod's other annotations alone, and the
 // status subresource lets RBAC grant this without the right to change pod specs.
-func (c *Client) PatchPodAnnotation(ctx context.Context, namespace, name, key, value string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+//
+// A non-empty uid makes the patch conditional: the patch carries the pod's UID,
+// and the API server refuses it (422: metadata.uid is immutable) when the pod
+// of that name is another one, such as a StatefulSet pod's replacement.
+func (c *Client) PatchPodAnnotation(ctx context.Context, namespace, name, uid, key, value string) error {
+	meta := map[string]any{"annotations": map[string]string{key: value}}
+	if uid != "" {
+		meta["uid"] = uid
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}

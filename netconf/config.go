@@ -66,6 +66,11 @@ type Config struct {
 	// RuntimeConfig carries the runtime's capability arguments (portMappings,
 	// bandwidth, ...). They go to the default network only.
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
+	// PodAnnotations are the pod's annotations as the runtime passed them in
+	// runtimeConfig under CapPodAnnotations; HasPodAnnotations is false when it
+	// passed none (an older runtime, or the capability is not declared).
+	PodAnnotations    map[string]string `json:"-"`
+	HasPodAnnotations bool              `json:"-"`
 
 	// Keys that manifold adds; all are Go durations ("10s").
 	RawAPITimeout       string `json:"apiTimeout,omitempty"`
@@ -141,6 +146,9 @@ func (c *Config) validate() error {
 			}
 		}
 	}
+	if err := c.parsePodAnnotations(); err != nil {
+		return err
+	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("key \"logLevel\": %w", err)
 	}
@@ -174,6 +182,53 @@ func (c *Config) validate() error {
 		*d.dst = v
 	}
 	return nil
+}
+
+// CapPodAnnotations is the capability under which containerd and CRI-O pass
+// a pod's annotations, as the kubelet gave them for the sandbox, in
+// runtimeConfig. manifold's config declares it (manifold-install writes it), so
+// that ADD need not read the pod from the API server (docs/kubernetes.md).
+const CapPodAnnotations = "io.kubernetes.cri.pod-annotations"
+
+// parsePodAnnotations takes the pod's annotations out of runtimeConfig. A null
+// value counts as none passed; anything but an object of strings is an error.
+func (c *Config) parsePodAnnotations() error {
+	raw, ok := c.RuntimeConfig[CapPodAnnotations]
+	if !ok || raw == nil {
+		return nil
+	}
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		return fmt.Errorf("key \"runtimeConfig.%s\" must be an object of strings, got %s", CapPodAnnotations, jsonKind(raw))
+	}
+	annotations := make(map[string]string, len(obj))
+	for k, v := range obj {
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("key \"runtimeConfig.%s\": annotation %q must be a string, got %s", CapPodAnnotations, k, jsonKind(v))
+		}
+		annotations[k] = s
+	}
+	c.PodAnnotations, c.HasPodAnnotations = annotations, true
+	return nil
+}
+
+// jsonKind names the JSON type of a value that encoding/json decoded into any.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	default:
+		return "an object"
+	}
 }
 
 // IsSystemNamespace reports whether pods in ns get no defaultNetworks and no status.

@@ -33,6 +33,9 @@ type podContext struct {
 	api  podAPI
 	nads *nadCache      // nil when api is
 	pod  *k8sclient.Pod // nil: no API, or the pod was not found
+	// statusUID is the UID the status patch requires the pod to have (empty:
+	// none; a static pod's mirror has a UID of its own).
+	statusUID string
 	// pending are the networks built from the daemon's memory of their NADs
 	// while the NADs' reads were on the way; each is confirmed before its
 	// delegate runs (confirm).
@@ -108,8 +111,11 @@ func (p *plugin) expectDefault(ctx context.Context, c *call) {
 }
 
 // lookupPod finds the pod when there is an API server and the runtime named a
-// pod. A pod that is still not visible after the bounded wait is not an error:
-// it gets only its static networks, and a warning is logged.
+// pod. When the runtime passed the pod's annotations (CapPodAnnotations), they
+// are the pod's, as the kubelet gave them for this very sandbox, and the pod is
+// not read at all. Otherwise it is read; a pod that is still not visible after
+// the bounded wait is not an error: it gets only its static networks, and a
+// warning is logged.
 func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	pc := &podContext{}
 	if !k8sclient.Configured(c.conf.Kubeconfig) || c.pod.Name == "" {
@@ -122,8 +128,17 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	pc.api, pc.nads = api, newNADCache(api, p.nadMemory, c.conf.Kubeconfig)
 	// The clusterNetwork and defaultNetworks NADs do not depend on the pod:
 	// read them during the pod's round trip rather than after it.
+	keys := staticNADKeys(c.conf, c.pod.Namespace)
+	if c.conf.HasPodAnnotations {
+		pc.nads.start(ctx, keys)
+		pc.pod = &k8sclient.Pod{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID, Annotations: c.conf.PodAnnotations}
+		if isAPIPod(pc.pod) {
+			pc.statusUID = c.pod.UID
+		}
+		return pc, nil
+	}
 	var wg sync.WaitGroup
-	if keys := staticNADKeys(c.conf, c.pod.Namespace); len(keys) > 0 {
+	if len(keys) > 0 {
 		wg.Go(func() { pc.nads.fetch(ctx, keys) })
 	}
 	pod, err := api.WaitForPod(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, c.conf.PodWaitTimeout)
@@ -135,13 +150,19 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	if err != nil {
 		return nil, apiError(err)
 	}
-	if c.pod.UID != "" && pod.UID != c.pod.UID {
-		if src := pod.Annotations[annotConfigSource]; src == "" || src == "api" {
-			return nil, netconf.Invalid("pod UID from the API (%s) differs from K8S_POD_UID (%s): the pod was replaced", pod.UID, c.pod.UID)
-		}
+	if c.pod.UID != "" && pod.UID != c.pod.UID && isAPIPod(pod) {
+		return nil, netconf.Invalid("pod UID from the API (%s) differs from K8S_POD_UID (%s): the pod was replaced", pod.UID, c.pod.UID)
 	}
-	pc.pod = pod
+	pc.pod, pc.statusUID = pod, pod.UID
 	return pc, nil
+}
+
+// isAPIPod reports whether the pod came from the API server, not from a file
+// or URL on the node (a static pod, which the API knows only by its mirror,
+// under another UID).
+func isAPIPod(pod *k8sclient.Pod) bool {
+	src := pod.Annotations[annotConfigSource]
+	return src == "" || src == "api"
 }
 
 // networksFor builds the pod's delegate list (DESIGN §3) with interface names.
@@ -149,6 +170,9 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	var nads nadSource
 	if pc.nads != nil {
 		nads = pc.nads
+	}
+	if pc.pod != nil {
+		pc.nads.prefetchPod(ctx, c.conf, pc.pod)
 	}
 	atts, err := staticNetworks(ctx, c.conf, nads, c.pod)
 	if err != nil {
@@ -160,7 +184,7 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 		}
 	}
 	atts[0].IsDefault = true
-	atts[0].RuntimeConfig = mergeRuntimeConfig(c.conf.RuntimeConfig, atts[0].RuntimeConfig)
+	atts[0].RuntimeConfig = mergeRuntimeConfig(runtimeArgsFor(c.conf.RuntimeConfig, &atts[0]), atts[0].RuntimeConfig)
 	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
@@ -230,6 +254,23 @@ func checkIsolation(conf *netconf.Config, podNamespace string, sel *netconf.Netw
 		return nil
 	}
 	return netconf.Invalid("network %s/%s: namespaceIsolation forbids a pod in namespace %s to use a NAD in namespace %s", ns, sel.Name, podNamespace, ns)
+}
+
+// runtimeArgsFor is the runtime's capability args as the default network gets
+// them. The pod's annotations (CapPodAnnotations), which can be large, stay only
+// when a plugin of that network declares the capability: libcni would not pass
+// them otherwise, so the record and libcni's cache need not hold them.
+func runtimeArgsFor(fromRuntime map[string]any, att *netconf.Attachment) map[string]any {
+	if _, ok := fromRuntime[netconf.CapPodAnnotations]; !ok || att.Capabilities[netconf.CapPodAnnotations] {
+		return fromRuntime
+	}
+	out := make(map[string]any, len(fromRuntime)-1)
+	for k, v := range fromRuntime {
+		if k != netconf.CapPodAnnotations {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // mergeRuntimeConfig gives the default network the runtime's capability args

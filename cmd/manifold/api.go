@@ -24,7 +24,7 @@ const (
 type podAPI interface {
 	WaitForPod(ctx context.Context, namespace, name, uid string, wait time.Duration) (*k8sclient.Pod, error)
 	GetNAD(ctx context.Context, namespace, name string) (*k8sclient.NetworkAttachmentDefinition, error)
-	PatchPodAnnotation(ctx context.Context, namespace, name, key, value string) error
+	PatchPodAnnotation(ctx context.Context, namespace, name, uid, key, value string) error
 	Event(ctx context.Context, pod *k8sclient.Pod, eventType, reason, message, host string, now time.Time) error
 }
 

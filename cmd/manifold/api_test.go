@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
@@ -196,5 +197,142 @@ func TestNADReadsPerPod(t *testing.T) {
 				t.Errorf("NAD reads %v, want %v", got, tc.reads)
 			}
 		})
+	}
+}
+
+// TestRuntimePodAnnotations: when the runtime passes the pod's annotations
+// (runtimeConfig, CapPodAnnotations), ADD reads no pod and builds the networks
+// from them; the status patch is conditional on the runtime's K8S_POD_UID,
+// except for a static pod, whose mirror in the API has a UID of its own; and
+// the default network gets the annotations only when it declares the
+// capability.
+func TestRuntimePodAnnotations(t *testing.T) {
+	noop := `{"cniVersion":"1.0.0","type":"noop"}`
+	declares := `{"cniVersion":"1.0.0","type":"noop","capabilities":{"` + netconf.CapPodAnnotations + `":true}}`
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]any
+		clusterNet  string
+		wantUID     string
+		wantPassed  bool // the default network's runtime config holds the annotations
+	}{
+		{name: "api pod", annotations: map[string]any{annotNetworks: "net-a"}, clusterNet: noop, wantUID: "u"},
+		{name: "config.source api", annotations: map[string]any{annotNetworks: "net-a", annotConfigSource: "api"}, clusterNet: noop, wantUID: "u"},
+		{name: "static pod", annotations: map[string]any{annotNetworks: "net-a", annotConfigSource: "file"}, clusterNet: noop, wantUID: ""},
+		{name: "default network declares the capability", annotations: map[string]any{annotNetworks: "net-a"}, clusterNet: declares, wantUID: "u", wantPassed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The API's pod asks for another network: it must not be read.
+			api := &fakeAPI{
+				pod:  &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u", Annotations: map[string]string{annotNetworks: "net-b"}},
+				nads: map[string]string{"kube-system/cluster-net": tc.clusterNet, "default/net-a": noop, "default/net-b": noop},
+			}
+			rc := map[string]any{netconf.CapPodAnnotations: tc.annotations, "portMappings": []any{}}
+			p, c := apiCall(t, api, map[string]any{"clusterNetwork": "cluster-net", "runtimeConfig": rc})
+			p.now = time.Now
+			ctx := context.Background()
+			pc, err := p.lookupPod(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			atts, err := p.networksFor(ctx, c, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, a := range atts {
+				names = append(names, a.DisplayName()+"@"+a.IfName)
+			}
+			if want := []string{"kube-system/cluster-net@eth0", "default/net-a@net1"}; !slices.Equal(names, want) {
+				t.Errorf("attachments %v, want %v", names, want)
+			}
+			_, passed := atts[0].RuntimeConfig[netconf.CapPodAnnotations]
+			if passed != tc.wantPassed {
+				t.Errorf("default network's runtime config %v: holds the annotations %v, want %v", atts[0].RuntimeConfig, passed, tc.wantPassed)
+			}
+			if _, ok := atts[0].RuntimeConfig["portMappings"]; !ok {
+				t.Errorf("default network's runtime config %v lost portMappings", atts[0].RuntimeConfig)
+			}
+			results := make([]types.Result, len(atts))
+			for i := range results {
+				results[i] = &types100.Result{CNIVersion: "1.0.0"}
+			}
+			p.report(ctx, c, pc, atts, results)
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			if api.podReads != 0 {
+				t.Errorf("%d pod reads, want none", api.podReads)
+			}
+			if !slices.Equal(api.patchUIDs, []string{tc.wantUID}) {
+				t.Errorf("status patches conditional on UIDs %q, want [%q]", api.patchUIDs, tc.wantUID)
+			}
+			if len(api.events) != 2 {
+				t.Errorf("events %v, want one per attachment", api.events)
+			}
+		})
+	}
+}
+
+// TestRuntimePodAnnotationsAbsent: with no annotations from the runtime (none
+// passed, or null), the pod is read as before, and the status patch is
+// conditional on the UID the API answered with.
+func TestRuntimePodAnnotationsAbsent(t *testing.T) {
+	for name, extra := range map[string]map[string]any{
+		"none passed": nil,
+		"null":        {"runtimeConfig": map[string]any{netconf.CapPodAnnotations: nil}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := &fakeAPI{pod: &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u"}}
+			p, c := apiCall(t, api, extra)
+			pc, err := p.lookupPod(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if api.podReads != 1 || pc.pod != api.pod || pc.statusUID != "u" {
+				t.Errorf("pod reads %d, pod %+v, status UID %q: want the API's pod, read once, and its UID", api.podReads, pc.pod, pc.statusUID)
+			}
+		})
+	}
+}
+
+// TestRuntimePodAnnotationsReadsAtOnce: with the pod's annotations from the
+// runtime, the pod's NADs are asked for while the static NADs' reads are still
+// on the way, not after them.
+func TestRuntimePodAnnotationsReadsAtOnce(t *testing.T) {
+	noop := `{"cniVersion":"1.0.0","type":"noop"}`
+	gate := make(chan struct{})
+	api := &fakeAPI{
+		nads:     map[string]string{"kube-system/cluster-net": noop, "default/net-a": noop, "kube-system/override": noop},
+		nadGates: map[string]chan struct{}{"kube-system/cluster-net": gate},
+	}
+	rc := map[string]any{netconf.CapPodAnnotations: map[string]any{annotNetworks: "net-a", annotDefaultNetwork: "override"}}
+	p, c := apiCall(t, api, map[string]any{"clusterNetwork": "cluster-net", "runtimeConfig": rc})
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		pc, err := p.lookupPod(ctx, c)
+		if err == nil {
+			_, err = p.networksFor(ctx, c, pc)
+		}
+		done <- err
+	}()
+	want := []string{"default/net-a", "kube-system/cluster-net", "kube-system/override"}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		got = api.reads()
+		slices.Sort(got)
+		if slices.Equal(got, want) {
+			break
+		}
+	}
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("while the static NAD was still being read, reads %v had started, want %v", got, want)
+	}
+	if n := len(api.reads()); n != 3 {
+		t.Errorf("reads %v, want each NAD once", api.reads())
 	}
 }

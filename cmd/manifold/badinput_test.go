@@ -33,13 +33,19 @@ type fakeAPI struct {
 	// nadGates hold the reads of these NADs ("namespace/name") until closed.
 	nadGates map[string]chan struct{}
 
-	mu       sync.Mutex
-	events   []string
-	patches  int
-	nadReads []string
+	mu      sync.Mutex
+	events  []string
+	patches int
+	// patchUIDs are the UIDs the status patches were conditional on.
+	patchUIDs []string
+	nadReads  []string
+	podReads  int
 }
 
 func (f *fakeAPI) WaitForPod(_ context.Context, ns, name, _ string, _ time.Duration) (*k8sclient.Pod, error) {
+	f.mu.Lock()
+	f.podReads++
+	f.mu.Unlock()
 	if f.podHook != nil {
 		f.podHook()
 	}
@@ -70,10 +76,11 @@ func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.Network
 	return nad, nil
 }
 
-func (f *fakeAPI) PatchPodAnnotation(context.Context, string, string, string, string) error {
+func (f *fakeAPI) PatchPodAnnotation(_ context.Context, _, _, uid, _, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.patches++
+	f.patchUIDs = append(f.patchUIDs, uid)
 	return nil
 }
 
@@ -143,6 +150,12 @@ func TestBadInputInProcess(t *testing.T) {
 		{name: "no default network", conf: map[string]any{"delegates": nil}, code: 7, mention: []string{"clusterNetwork", "delegates"}},
 		{name: "huge config", stdin: append([]byte(`{"cniVersion":"1.0.0","name":"m","x":"`), append(bytes.Repeat([]byte("x"), 2<<20), '"', '}')...), code: 7, mention: []string{"limit"}},
 		{name: "not JSON", stdin: []byte("{{{"), code: 7, mention: []string{"invalid"}},
+		{name: "pod annotations from the runtime not an object", conf: map[string]any{"runtimeConfig": map[string]any{netconf.CapPodAnnotations: "x"}},
+			code: 7, mention: []string{"runtimeConfig." + netconf.CapPodAnnotations, "a string"}},
+		{name: "pod annotation from the runtime not a string", conf: map[string]any{"runtimeConfig": map[string]any{netconf.CapPodAnnotations: map[string]any{annotNetworks: 3}}},
+			code: 7, mention: []string{"runtimeConfig." + netconf.CapPodAnnotations, annotNetworks, "a number"}},
+		{name: "bad annotation from the runtime", conf: map[string]any{"runtimeConfig": map[string]any{netconf.CapPodAnnotations: map[string]any{annotNetworks: "net-a@eth0"}}},
+			code: 7, mention: []string{"eth0"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

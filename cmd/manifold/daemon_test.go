@@ -111,12 +111,12 @@ type blockingAPI struct {
 	patched chan struct{}
 }
 
-func (b *blockingAPI) PatchPodAnnotation(ctx context.Context, ns, name, key, value string) error {
+func (b *blockingAPI) PatchPodAnnotation(ctx context.Context, ns, name, uid, key, value string) error {
 	select { // bounded, so that a synchronous patch fails the test rather than hangs it
 	case <-b.release:
 	case <-time.After(10 * time.Second):
 	}
-	err := b.fakeAPI.PatchPodAnnotation(ctx, ns, name, key, value)
+	err := b.fakeAPI.PatchPodAnnotation(ctx, ns, name, uid, key, value)
 	close(b.patched)
 	return err
 }

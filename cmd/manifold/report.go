@@ -39,7 +39,7 @@ func (p *plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 		c.log.Warn("encode network status", "error", err)
 	} else {
 		wg.Go(func() {
-			if err := pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, annotNetworkStatus, string(b)); err != nil {
+			if err := pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, pc.statusUID, annotNetworkStatus, string(b)); err != nil {
 				c.log.Warn("write network status", "error", err)
 			}
 		})

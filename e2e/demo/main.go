@@ -34,6 +34,7 @@ import (
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 const (
@@ -300,6 +301,9 @@ func (d *demo) createObjects(ctx context.Context) error {
 			{"K8S_POD_INFRA_CONTAINER_ID", containerID},
 			{"K8S_POD_UID", string(created.UID)},
 		},
+		// As containerd and CRI-O do for a plugin that declares the capability:
+		// the pod's annotations, as the kubelet gave them for the sandbox.
+		CapabilityArgs: map[string]any{netconf.CapPodAnnotations: created.Annotations},
 	}
 	// If the demo stops half-way, DEL what ADD may have attached.
 	d.later("DEL again (a no-op unless the demo stopped early)", func() error {
@@ -323,6 +327,7 @@ func (d *demo) manifoldConf() []byte {
 			"binDir":         d.binDir,
 			"logFile":        d.logFile,
 			"logLevel":       "verbose",
+			"capabilities":   map[string]bool{netconf.CapPodAnnotations: true},
 		}},
 	})
 	return b
@@ -332,6 +337,7 @@ func (d *demo) add(ctx context.Context) error {
 	heading("4. ADD, as the container runtime runs it")
 	fmt.Printf("  manifold's config (the node's only CNI config):\n%s\n", indent(pretty(d.manifoldConf()), 4))
 	fmt.Printf("  CNI_COMMAND=ADD CNI_IFNAME=eth0 CNI_NETNS=%s\n  CNI_ARGS=%s\n", d.rt.NetNS, cniArgs(d.rt.Args))
+	fmt.Printf("  runtimeConfig[%q]: the pod's annotations, so manifold need not read the pod\n", netconf.CapPodAnnotations)
 	start := time.Now()
 	res, err := d.cni.AddNetworkList(ctx, d.conf, d.rt)
 	if err != nil {

@@ -58,6 +58,10 @@ type Pod struct {
 	NetNS       string
 	IfName      string
 	Args        [][2]string
+	// CapabilityArgs are the runtime's capability args; libcni passes each to
+	// a plugin only if its config declares the capability. containerd and
+	// CRI-O pass the pod's annotations under netconf.CapPodAnnotations.
+	CapabilityArgs map[string]any
 }
 
 func (p *Pod) rt() *libcni.RuntimeConf {
@@ -65,7 +69,7 @@ func (p *Pod) rt() *libcni.RuntimeConf {
 	if ifName == "" {
 		ifName = "eth0"
 	}
-	return &libcni.RuntimeConf{ContainerID: p.ContainerID, NetNS: p.NetNS, IfName: ifName, Args: p.Args}
+	return &libcni.RuntimeConf{ContainerID: p.ContainerID, NetNS: p.NetNS, IfName: ifName, Args: p.Args, CapabilityArgs: p.CapabilityArgs}
 }
 
 // Add runs ADD.
