@@ -482,13 +482,13 @@ type sandbox struct {
 }
 
 // capabilityArgs are the capability args containerd and CRI-O pass for a pod:
-// its annotations, as the kubelet gave them (none for an older runtime).
+// its annotations, as the kubelet gives them (none for an older runtime).
 // libcni passes them only to a plugin that declares the capability.
 func (s *sandbox) capabilityArgs() map[string]any {
 	if s.OlderRuntime {
 		return nil
 	}
-	return map[string]any{netconf.CapPodAnnotations: s.Pod.Obj.Annotations}
+	return map[string]any{netconf.CapPodAnnotations: testenv.KubeletAnnotations(s.Pod.Obj.Annotations, s.Pod.Obj.CreationTimestamp.Time)}
 }
 
 func (b *bench) newSandbox(p *podSpec, netns string) *sandbox {

@@ -329,7 +329,7 @@ func (e *env) sandboxNamed(namespace, name, uid string, p *corev1.Pod) *sandbox 
 		k8s:   p,
 	}
 	if p != nil {
-		sb.CapabilityArgs = map[string]any{netconf.CapPodAnnotations: p.Annotations}
+		sb.CapabilityArgs = map[string]any{netconf.CapPodAnnotations: testenv.KubeletAnnotations(p.Annotations, time.Now())}
 	}
 	conf := e.manifoldConf(nil)
 	e.t.Cleanup(func() { _ = e.rt.Del(context.Background(), conf, sb.Pod) })

@@ -303,7 +303,7 @@ func (d *demo) createObjects(ctx context.Context) error {
 		},
 		// As containerd and CRI-O do for a plugin that declares the capability:
 		// the pod's annotations, as the kubelet gave them for the sandbox.
-		CapabilityArgs: map[string]any{netconf.CapPodAnnotations: created.Annotations},
+		CapabilityArgs: map[string]any{netconf.CapPodAnnotations: testenv.KubeletAnnotations(created.Annotations, time.Now())},
 	}
 	// If the demo stops half-way, DEL what ADD may have attached.
 	d.later("DEL again (a no-op unless the demo stopped early)", func() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -85,4 +86,18 @@ func (r *Runtime) Del(ctx context.Context, list *libcni.NetworkConfigList, p *Po
 // Check runs CHECK.
 func (r *Runtime) Check(ctx context.Context, list *libcni.NetworkConfigList, p *Pod) error {
 	return r.CNI.CheckNetworkList(ctx, list, p.rt())
+}
+
+// KubeletAnnotations are the annotations the kubelet gives the runtime for a
+// pod it got from the API server: the pod's own, plus the two it adds itself,
+// kubernetes.io/config.source ("api") and kubernetes.io/config.seen. containerd
+// and CRI-O pass them on to a plugin that declares netconf.CapPodAnnotations.
+func KubeletAnnotations(pod map[string]string, seen time.Time) map[string]string {
+	out := make(map[string]string, len(pod)+2)
+	for k, v := range pod {
+		out[k] = v
+	}
+	out["kubernetes.io/config.source"] = "api"
+	out["kubernetes.io/config.seen"] = seen.Format(time.RFC3339Nano)
+	return out
 }
