@@ -117,6 +117,11 @@ func NewForConfig(cfg *Config, timeout time.Duration) (*Client, error) {
 	}
 	// One connection serves every request of the call: HTTP/2 multiplexes the
 	// concurrent ones, so the TLS handshake happens once per process.
+	// MaxConnsPerHost makes requests that start together on a new client (the
+	// NAD reads, when nothing was read before them) wait for the one
+	// connection rather than each dial and handshake its own. The API server
+	// speaks HTTP/2; over HTTP/1.1 the limit would queue requests behind each
+	// other.
 	transport := &http.Transport{
 		Proxy:               proxy,
 		DialContext:         (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -124,6 +129,7 @@ func NewForConfig(cfg *Config, timeout time.Duration) (*Client, error) {
 		TLSHandshakeTimeout: timeout,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 16,
+		MaxConnsPerHost:     1,
 		IdleConnTimeout:     90 * time.Second,
 	}
 	c := &Client{base: base, http: &http.Client{Transport: transport, Timeout: timeout}, timeout: timeout, auth: func(*http.Request) {}}
