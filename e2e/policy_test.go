@@ -236,61 +236,67 @@ func TestPodNotFound(t *testing.T) {
 	e.checkNothingLeft(box)
 }
 
-// A pod replaced under the same name, as a StatefulSet does, with a runtime
-// that does not pass the pod's annotations: the first pod read comes from the
-// API server's watch cache, which may still hold the old pod. ADD for the new
-// pod must attach the new pod's networks and write its status; ADD for a
-// sandbox of the old pod must be refused (code 7), with nothing attached.
+// A pod replaced under the same name, as a StatefulSet does. ADD for the new
+// pod, at once, must attach the new pod's networks and write its status. Then a
+// sandbox of the old pod is ADDed:
+//   - with a runtime that passes no pod annotations, the pod is read, and the
+//     first read comes from the API server's watch cache, which may still hold
+//     the old pod. The ADD must be refused (code 7), with nothing attached;
+//   - with one that passes them, the sandbox comes with the old pod's
+//     annotations and UID, so its ADD attaches the old pod's networks, which is
+//     what that sandbox asked for (the kubelet tears it down). It must not write
+//     the old pod's status onto the replacement: the status patch is
+//     conditional on the old UID, and the API server refuses it.
 func TestReplacedPod(t *testing.T) {
-	e := newEnv(t)
-	sa, sb := nextSubnet(), nextSubnet()
-	e.nad(e.ns, "a", e.macvlanConf("", sa))
-	e.nad(e.ns, "b", e.macvlanConf("", sb))
-	conf := e.manifoldConf(nil)
+	for _, older := range []bool{true, false} {
+		name := "pod annotations from the runtime"
+		if older {
+			name = "older runtime"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			sa, sb := nextSubnet(), nextSubnet()
+			e.nad(e.ns, "a", e.macvlanConf("", sa))
+			e.nad(e.ns, "b", e.macvlanConf("", sb))
+			conf := e.manifoldConf(nil)
+			old, created := e.replacePod(map[string]string{annotNetworks: "a"}, map[string]string{annotNetworks: "b"})
 
-	old, created := e.replacePod(map[string]string{annotNetworks: "a"}, map[string]string{annotNetworks: "b"})
+			box := e.sandboxFor(created)
+			stale := e.sandboxFor(old)
+			if older {
+				box.olderRuntime()
+				stale.olderRuntime()
+			}
+			res := e.mustAdd(conf, box)
+			e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
 
-	// At once, while the watch cache may still hold the old pod.
-	box := e.sandboxFor(created).olderRuntime()
-	res := e.mustAdd(conf, box)
-	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
-
-	stale := e.sandboxNamed(old.Namespace, old.Name, string(old.UID), nil)
-	_, err := e.add(conf, stale)
-	wantCode(t, err, 7, string(old.UID), string(created.UID), "replaced")
-
-	e.mustDel(conf, box)
-	// Both sandboxes share the cluster bridge: check once both are gone.
-	e.checkNothingLeft(stale)
-	e.checkNothingLeft(box)
+			_, err := e.add(conf, stale)
+			if older {
+				wantCode(t, err, 7, string(old.UID), string(created.UID), "replaced")
+			} else {
+				e.checkStaleSandbox(stale, err, sa, old, created)
+				e.mustDel(conf, stale)
+			}
+			e.mustDel(conf, box)
+			// Both sandboxes share the cluster bridge: check once both are gone.
+			e.checkNothingLeft(stale)
+			e.checkNothingLeft(box)
+		})
+	}
 }
 
-// The same, with a runtime that passes the pod's annotations: a sandbox of
-// the old pod comes with the old pod's annotations and UID, so its ADD
-// attaches the old pod's networks, which is what that sandbox asked for (the
-// kubelet tears it down). What it must not do is write the old pod's status
-// onto the replacement: the status patch is conditional on the old UID, and
-// the API server refuses it.
-func TestReplacedPodRuntimeAnnotations(t *testing.T) {
-	e := newEnv(t)
-	sa, sb := nextSubnet(), nextSubnet()
-	e.nad(e.ns, "a", e.macvlanConf("", sa))
-	e.nad(e.ns, "b", e.macvlanConf("", sb))
-	conf := e.manifoldConf(nil)
-
-	old, created := e.replacePod(map[string]string{annotNetworks: "a"}, map[string]string{annotNetworks: "b"})
-	box := e.sandboxFor(created)
-	res := e.mustAdd(conf, box)
-	e.checkAttached(box, res, []want{e.clusterWant(), {name: e.ns + "/b", ifname: "net1", subnet: sb}})
-
-	stale := e.sandboxFor(old)
-	if _, err := e.add(conf, stale); err != nil {
+// checkStaleSandbox checks a replaced pod's sandbox after its ADD (err): the
+// old pod's network attached, the replacement's status still its own, and the
+// refused status patch in manifold's log.
+func (e *env) checkStaleSandbox(stale *sandbox, err error, sa subnet, old, created *corev1.Pod) {
+	t := e.t
+	t.Helper()
+	if err != nil {
 		t.Fatalf("ADD of the old pod's sandbox: %v", err)
 	}
 	if l := links(t, stale.netns); len(l) != 2 || l["net1"].addrs == nil || !sa.Contains(l["net1"].addrs[0].IP) {
 		t.Errorf("old pod's sandbox: interfaces %v, want eth0 and net1 in %s", l, sa)
 	}
-	// The replacement's status is still its own.
 	st, ok := e.status(created)
 	if !ok || len(st) != 2 || st[1].Name != e.ns+"/b" {
 		t.Errorf("replacement's network-status = %+v, want its own (%s/b on net1)", st, e.ns)
@@ -305,11 +311,6 @@ func TestReplacedPodRuntimeAnnotations(t *testing.T) {
 	if !refused {
 		t.Errorf("manifold's log does not show the status patch refused for UID %s", old.UID)
 	}
-
-	e.mustDel(conf, stale)
-	e.mustDel(conf, box)
-	e.checkNothingLeft(stale)
-	e.checkNothingLeft(box)
 }
 
 // replacePod creates a pod, deletes it at once and creates another of the same
