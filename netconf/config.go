@@ -69,8 +69,11 @@ type Config struct {
 	// PodAnnotations are the pod's annotations as the runtime passed them in
 	// runtimeConfig under CapPodAnnotations; HasPodAnnotations is false when it
 	// passed none (an older runtime, or the capability is not declared).
+	// PodAnnotationsErr says why a value could not be used: ADD fails with it,
+	// and the other verbs, which do not need the annotations, ignore it.
 	PodAnnotations    map[string]string `json:"-"`
 	HasPodAnnotations bool              `json:"-"`
+	PodAnnotationsErr error             `json:"-"`
 
 	// Keys that manifold adds; all are Go durations ("10s").
 	RawAPITimeout       string `json:"apiTimeout,omitempty"`
@@ -147,7 +150,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if err := c.parsePodAnnotations(); err != nil {
-		return err
+		c.PodAnnotationsErr = Invalid("invalid runtime config: %v", err)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("key \"logLevel\": %w", err)

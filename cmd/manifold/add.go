@@ -47,6 +47,9 @@ func (p *plugin) add(c *call) error {
 	if c.args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "")
 	}
+	if c.conf.PodAnnotationsErr != nil {
+		return c.conf.PodAnnotationsErr
+	}
 	if err := waitReadiness(ctx, c.conf.ReadinessIndicatorFile, c.conf.ReadinessTimeout); err != nil {
 		return err
 	}

@@ -256,15 +256,22 @@ func TestBadEnvironment(t *testing.T) {
 func TestDelToleratesBadEnvironment(t *testing.T) {
 	bin := testenv.Manifold(t)
 	conf := testConf(t, nil)
+	// DEL does not need the pod's annotations, so a bad value from the runtime
+	// must not stop it.
+	badAnnotations := testConf(t, map[string]any{"runtimeConfig": map[string]any{netconf.CapPodAnnotations: []any{1}}})
 	for name, env := range map[string][]string{
-		"reserved container ID": {"CNI_CONTAINERID=results", "CNI_IFNAME=eth0"},
-		"dotted container ID":   {"CNI_CONTAINERID=a..b", "CNI_IFNAME=eth0"},
-		"garbage CNI_ARGS":      {"CNI_CONTAINERID=c1", "CNI_IFNAME=eth0", "CNI_ARGS=novalue"},
+		"reserved container ID":                {"CNI_CONTAINERID=results", "CNI_IFNAME=eth0"},
+		"dotted container ID":                  {"CNI_CONTAINERID=a..b", "CNI_IFNAME=eth0"},
+		"garbage CNI_ARGS":                     {"CNI_CONTAINERID=c1", "CNI_IFNAME=eth0", "CNI_ARGS=novalue"},
+		"pod annotations from the runtime bad": {"CNI_CONTAINERID=c1", "CNI_IFNAME=eth0"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(bin)
 			cmd.Env = append([]string{"CNI_COMMAND=DEL", "CNI_PATH=/nonexistent"}, env...)
 			cmd.Stdin = bytes.NewReader(conf)
+			if strings.HasPrefix(name, "pod annotations") {
+				cmd.Stdin = bytes.NewReader(badAnnotations)
+			}
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("DEL = %v: %s, want success", err, out)
 			}
