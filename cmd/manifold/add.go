@@ -130,7 +130,7 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	}
 	pc.api, pc.nads = api, newNADCache(api, p.nadMemory, c.conf.Kubeconfig)
 	// The clusterNetwork and defaultNetworks NADs do not depend on the pod:
-	// read them during the pod's round trip rather than after it.
+	// their reads start now, and go on during the pod's round trip, if any.
 	keys := staticNADKeys(c.conf, c.pod.Namespace)
 	if c.conf.HasPodAnnotations {
 		pc.nads.start(ctx, keys)
