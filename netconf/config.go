@@ -67,12 +67,11 @@ type Config struct {
 	// bandwidth, ...). They go to the default network only.
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 	// PodAnnotations are the pod's annotations as the runtime passed them in
-	// runtimeConfig under CapPodAnnotations; HasPodAnnotations is false when it
-	// passed none (an older runtime, or the capability is not declared).
+	// runtimeConfig under CapPodAnnotations; nil when it passed none (an older
+	// runtime, or the capability is not declared), never nil when it did.
 	// PodAnnotationsErr says why a value could not be used: ADD fails with it,
 	// and the other verbs, which do not need the annotations, ignore it.
 	PodAnnotations    map[string]string `json:"-"`
-	HasPodAnnotations bool              `json:"-"`
 	PodAnnotationsErr error             `json:"-"`
 
 	// Keys that manifold adds; all are Go durations ("10s").
@@ -212,7 +211,7 @@ func (c *Config) parsePodAnnotations() error {
 		}
 		annotations[k] = s
 	}
-	c.PodAnnotations, c.HasPodAnnotations = annotations, true
+	c.PodAnnotations = annotations
 	return nil
 }
 

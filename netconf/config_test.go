@@ -2,6 +2,7 @@ package netconf
 
 import (
 	"log/slog"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -180,3 +181,36 @@ func TestErrorCodes(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestParseConfigPodAnnotations: the pod's annotations from the runtime are
+// nil only when it passed none, so an empty object (a pod with no
+// annotations) still means "do not read the pod"; a bad value is kept as an
+// error for ADD, not a config error.
+func TestParseConfigPodAnnotations(t *testing.T) {
+	base := `{"cniVersion":"1.0.0","name":"m","type":"manifold","clusterNetwork":"/x.conf"`
+	for _, tc := range []struct {
+		name, runtimeConfig string
+		want                map[string]string // nil: none passed
+		bad                 bool
+	}{
+		{name: "absent", runtimeConfig: `{}`},
+		{name: "null", runtimeConfig: `{"` + CapPodAnnotations + `":null}`},
+		{name: "empty", runtimeConfig: `{"` + CapPodAnnotations + `":{}}`, want: map[string]string{}},
+		{name: "some", runtimeConfig: `{"` + CapPodAnnotations + `":{"a":"1","b":""}}`, want: map[string]string{"a": "1", "b": ""}},
+		{name: "not an object", runtimeConfig: `{"` + CapPodAnnotations + `":"a"}`, bad: true},
+		{name: "not strings", runtimeConfig: `{"` + CapPodAnnotations + `":{"a":true}}`, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(base + `,"runtimeConfig":` + tc.runtimeConfig + `}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c.PodAnnotationsErr != nil) != tc.bad {
+				t.Errorf("PodAnnotationsErr = %v, want an error: %v", c.PodAnnotationsErr, tc.bad)
+			}
+			if (c.PodAnnotations == nil) != (tc.want == nil) || !maps.Equal(c.PodAnnotations, tc.want) {
+				t.Errorf("PodAnnotations = %#v, want %#v", c.PodAnnotations, tc.want)
+			}
+		})
+	}
+}

@@ -132,7 +132,7 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	// The clusterNetwork and defaultNetworks NADs do not depend on the pod:
 	// their reads start now, and go on during the pod's round trip, if any.
 	keys := staticNADKeys(c.conf, c.pod.Namespace)
-	if c.conf.HasPodAnnotations {
+	if c.conf.PodAnnotations != nil {
 		pc.nads.start(ctx, keys)
 		pc.pod = &k8sclient.Pod{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID, Annotations: c.conf.PodAnnotations}
 		if isAPIPod(pc.pod) {
@@ -174,15 +174,20 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	if pc.nads != nil {
 		nads = pc.nads
 	}
+	var req podRequest
 	if pc.pod != nil {
-		pc.nads.prefetchPod(ctx, c.conf, pc.pod)
+		// The pod's NADs are read while the static networks are built: with the
+		// annotations from the runtime, the static NADs' reads are still on the
+		// way then.
+		req = parsePodRequest(c.conf, pc.pod)
+		pc.nads.prefetchRequest(ctx, c.conf, pc.pod.Namespace, &req)
 	}
 	atts, err := staticNetworks(ctx, c.conf, nads, c.pod)
 	if err != nil {
 		return nil, err
 	}
 	if pc.pod != nil {
-		if err := p.podNetworks(ctx, c, pc, &atts); err != nil {
+		if err := p.podNetworks(ctx, c, pc, &req, &atts); err != nil {
 			return nil, err
 		}
 	}
@@ -197,18 +202,38 @@ func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	return atts, nil
 }
 
+// podRequest is what the pod's annotations ask for, parsed once: the
+// default-network override (nil: none) and the networks, each with the error
+// that stopped its parse.
+type podRequest struct {
+	override    *netconf.NetworkSelection
+	overrideErr error
+	networks    []netconf.NetworkSelection
+	networksErr error
+}
+
+func parsePodRequest(conf *netconf.Config, pod *k8sclient.Pod) podRequest {
+	var r podRequest
+	if v := strings.TrimSpace(pod.Annotations[annotDefaultNetwork]); v != "" {
+		r.override, r.overrideErr = netconf.ParseDefaultNetworkAnnotation(v, conf.MultusNamespace)
+	}
+	if v := pod.Annotations[annotNetworks]; strings.TrimSpace(v) != "" {
+		r.networks, r.networksErr = netconf.ParseNetworksAnnotation(v, pod.Namespace)
+	}
+	return r
+}
+
 // podNetworks applies the pod's annotations: the default-network override, then
 // the networks it asks for. In the node daemon, a network whose NAD is still
 // being read is built from the daemon's memory of that NAD, and confirmed by
 // the read before its delegate runs (pc.confirm); the default network never
 // is, since its delegate runs first.
-func (p *plugin) podNetworks(ctx context.Context, c *call, pc *podContext, atts *[]netconf.Attachment) error {
+func (p *plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *podRequest, atts *[]netconf.Attachment) error {
 	pod, nads := pc.pod, pc.nads
-	if v := strings.TrimSpace(pod.Annotations[annotDefaultNetwork]); v != "" {
-		sel, err := netconf.ParseDefaultNetworkAnnotation(v, c.conf.MultusNamespace)
-		if err != nil {
-			return err
-		}
+	if req.overrideErr != nil {
+		return req.overrideErr
+	}
+	if sel := req.override; sel != nil {
 		if err := checkIsolation(c.conf, pod.Namespace, sel, true); err != nil {
 			return err
 		}
@@ -218,16 +243,10 @@ func (p *plugin) podNetworks(ctx context.Context, c *call, pc *podContext, atts 
 		}
 		(*atts)[0] = att
 	}
-	v := pod.Annotations[annotNetworks]
-	if strings.TrimSpace(v) == "" {
-		return nil
+	if req.networksErr != nil {
+		return req.networksErr
 	}
-	sels, err := netconf.ParseNetworksAnnotation(v, pod.Namespace)
-	if err != nil {
-		return err
-	}
-	nads.prefetch(ctx, c.conf, pod.Namespace, sels)
-	for _, sel := range sels {
+	for _, sel := range req.networks {
 		if err := checkIsolation(c.conf, pod.Namespace, &sel, false); err != nil {
 			return err
 		}

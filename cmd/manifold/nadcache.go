@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 
 	"github.com/manifold-cni/manifold/k8sclient"
@@ -118,29 +117,22 @@ func (c *nadCache) prefetch(ctx context.Context, conf *netconf.Config, podNamesp
 	c.start(ctx, keys)
 }
 
-// prefetchPod starts the reads of the NADs that the pod's annotations name
-// (the default-network override, then the networks), before the static
-// networks are built: when the runtime passed the annotations, the static NADs'
-// reads are still on the way then, and nothing else holds these up. An
-// annotation that does not parse, or a network that namespaceIsolation
+// prefetchRequest starts the reads of the NADs that the pod's annotations
+// name: the default-network override, then the networks (prefetch). An
+// annotation that did not parse, or an override that namespaceIsolation
 // forbids, is left for podNetworks to report, and stops the prefetch there.
-func (c *nadCache) prefetchPod(ctx context.Context, conf *netconf.Config, pod *k8sclient.Pod) {
-	if c == nil {
+func (c *nadCache) prefetchRequest(ctx context.Context, conf *netconf.Config, podNamespace string, req *podRequest) {
+	if c == nil || req.overrideErr != nil {
 		return
 	}
-	if v := strings.TrimSpace(pod.Annotations[annotDefaultNetwork]); v != "" {
-		sel, err := netconf.ParseDefaultNetworkAnnotation(v, conf.MultusNamespace)
-		if err != nil || checkIsolation(conf, pod.Namespace, sel, true) != nil {
+	if sel := req.override; sel != nil {
+		if checkIsolation(conf, podNamespace, sel, true) != nil {
 			return
 		}
 		c.start(ctx, []nadKey{{sel.Namespace, sel.Name}})
 	}
-	v := pod.Annotations[annotNetworks]
-	if strings.TrimSpace(v) == "" {
-		return
-	}
-	if sels, err := netconf.ParseNetworksAnnotation(v, pod.Namespace); err == nil {
-		c.prefetch(ctx, conf, pod.Namespace, sels)
+	if req.networksErr == nil {
+		c.prefetch(ctx, conf, podNamespace, req.networks)
 	}
 }
 
