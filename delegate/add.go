@@ -43,7 +43,9 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 	// and the lock file, and returns err.
 	fail := func(last int, err error) ([]types.Result, error) {
 		r.Prestart.Close()
-		r.rollback(ctx, rec, last)
+		undo, cancel := r.undoContext(ctx)
+		defer cancel()
+		r.rollback(undo, rec, last)
 		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
 			r.Log.Warn("remove scratch record after rollback", "error", rmErr)
 		}
@@ -92,6 +94,16 @@ func (r *Runner) confirm(ctx context.Context, rec *scratch.Record, i int) error 
 	}
 	r.expect("ADD", rec, rest)
 	return nil
+}
+
+// undoContext is the context of a rollback: ctx's values without its end,
+// bounded by UndoTimeout.
+func (r *Runner) undoContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	t := r.UndoTimeout
+	if t <= 0 {
+		t = netconf.DefaultCallTimeout
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), t)
 }
 
 func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) (types.Result, error) {

@@ -284,6 +284,9 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 	done := p.give(ctx, stdinData)
 	e.startNext()
 	err := <-done
+	if err != nil && ctx.Err() != nil {
+		return nil, e.killedError(pluginPath, context.Cause(ctx))
+	}
 	if err != nil {
 		return nil, e.pluginError(pluginPath, err, p.stdout.Bytes(), p.stderr.Bytes())
 	}
@@ -445,6 +448,17 @@ func awaitExit(pidfd int) {
 		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		return err != nil || info.Signo != 0
 	})
+}
+
+// killedError says that the plugin was killed because its call ended: the
+// call's deadline passed, or (in the daemon) the runtime hung up. Code 11: the
+// runtime may try again; what was attached is undone first.
+func (e *Exec) killedError(path string, cause error) error {
+	where := path
+	if e.Root != "" {
+		where += " (under host root " + e.Root + ")"
+	}
+	return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("plugin %s was killed before it answered: %v", where, cause), "")
 }
 
 // pluginError is the plugin's own CNI error from its stdout, or else one that

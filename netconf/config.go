@@ -28,6 +28,10 @@ const (
 	DefaultPodWaitTimeout   = 3 * time.Second
 	DefaultReadinessTimeout = 45 * time.Second
 	DefaultLockTimeout      = 60 * time.Second
+	// DefaultCallTimeout stays under the kubelet's 2-minute runtime request
+	// timeout, so that a call that hangs fails with manifold's own message,
+	// and its rollback runs, before the runtime gives up on it.
+	DefaultCallTimeout = 90 * time.Second
 )
 
 // LogOptions controls log-file rotation. Pointers tell "not set" from zero.
@@ -79,6 +83,7 @@ type Config struct {
 	RawPodWaitTimeout   string `json:"podWaitTimeout,omitempty"`
 	RawReadinessTimeout string `json:"readinessTimeout,omitempty"`
 	RawLockTimeout      string `json:"lockTimeout,omitempty"`
+	RawCallTimeout      string `json:"callTimeout,omitempty"`
 
 	// Parsed forms, filled by ParseConfig.
 	GlobalNamespaces []string      `json:"-"`
@@ -86,6 +91,7 @@ type Config struct {
 	PodWaitTimeout   time.Duration `json:"-"`
 	ReadinessTimeout time.Duration `json:"-"`
 	LockTimeout      time.Duration `json:"-"`
+	CallTimeout      time.Duration `json:"-"`
 }
 
 // ParseConfig decodes and validates manifold's config and fills in defaults. Every
@@ -171,6 +177,7 @@ func (c *Config) validate() error {
 		{"podWaitTimeout", c.RawPodWaitTimeout, DefaultPodWaitTimeout, &c.PodWaitTimeout},
 		{"readinessTimeout", c.RawReadinessTimeout, DefaultReadinessTimeout, &c.ReadinessTimeout},
 		{"lockTimeout", c.RawLockTimeout, DefaultLockTimeout, &c.LockTimeout},
+		{"callTimeout", c.RawCallTimeout, DefaultCallTimeout, &c.CallTimeout},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -182,6 +189,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("key %q: %q is not a duration between 0s and 1h", d.key, d.raw)
 		}
 		*d.dst = v
+	}
+	if c.CallTimeout == 0 {
+		return fmt.Errorf("key \"callTimeout\": %q would end every call at once; give a duration above 0s", c.RawCallTimeout)
 	}
 	return nil
 }

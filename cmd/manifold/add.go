@@ -43,7 +43,7 @@ type podContext struct {
 }
 
 func (p *plugin) add(c *call) error {
-	ctx := context.Background()
+	ctx := c.ctx
 	if c.args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "")
 	}
@@ -84,7 +84,10 @@ func (p *plugin) add(c *call) error {
 		return fmt.Errorf("convert result of default network %s to cniVersion %s: %w", atts[0].DisplayName(), c.conf.CNIVersion, err)
 	}
 	if p.reports != nil {
-		p.reports.start(c.args.ContainerID, p.answered, func() { p.report(ctx, c, pc, atts, results) })
+		// The write outlives the call, and its requests are bounded by
+		// apiTimeout each.
+		bg := context.WithoutCancel(ctx)
+		p.reports.start(c.args.ContainerID, p.answered, func() { p.report(bg, c, pc, atts, results) })
 	} else {
 		p.report(ctx, c, pc, atts, results)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 
 	"github.com/containernetworking/cni/pkg/skel"
 )
@@ -12,5 +11,5 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	p.awaitReport(c)
-	return c.finish(c.runner.Check(context.Background(), args.ContainerID, args.Netns))
+	return c.finish(c.runner.Check(c.ctx, args.ContainerID, args.Netns))
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -31,7 +30,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 		// delete, and a DEL that fails forever would wedge the pod's removal.
 		c.log.Warn("ignoring a bad CNI environment on DEL", "error", err)
 	}
-	return c.finish(c.runner.Del(context.Background(), delegate.DelRequest{
+	return c.finish(c.runner.Del(c.ctx, delegate.DelRequest{
 		ContainerID: args.ContainerID,
 		NetNS:       args.Netns,
 		IfName:      args.IfName,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -34,10 +33,10 @@ func (p *plugin) gc(c *call) error {
 	}
 	// The default networks are forwarded GC even when no record names them, so
 	// their plugins can clean up what a record never reached.
-	extra, err := staticNetworks(context.Background(), c.conf, nil, netconf.PodRef{})
+	extra, err := staticNetworks(c.ctx, c.conf, nil, netconf.PodRef{})
 	if err != nil {
 		c.log.Warn("resolve default networks for GC", "error", err)
 		extra = nil
 	}
-	return c.runner.GC(context.Background(), valid, extra)
+	return c.runner.GC(c.ctx, valid, extra)
 }

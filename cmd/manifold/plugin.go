@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,9 @@ import (
 
 // plugin holds what the verbs depend on, so tests can swap them.
 type plugin struct {
+	// ctx is what a call's context derives from: in the daemon, it is
+	// cancelled when the shim hangs up; nil means context.Background.
+	ctx  context.Context
 	exec invoke.Exec // nil: run plugin binaries for real, through delegate.Exec
 	// hostRoot is the daemon's --host-root: delegates run chrooted into it.
 	hostRoot string
@@ -52,6 +56,9 @@ func newAPIClient(conf *netconf.Config) (podAPI, error) {
 
 // call is the state of one CNI invocation.
 type call struct {
+	// ctx bounds the whole call by callTimeout; cancel releases it (finish).
+	ctx      context.Context
+	cancel   context.CancelFunc
 	cmd      string
 	args     *skel.CmdArgs
 	conf     *netconf.Config
@@ -86,6 +93,7 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		return nil, err
 	}
 	c := &call{cmd: cmd, args: args, conf: conf}
+	c.ctx, c.cancel = p.callContext(conf.CallTimeout)
 	c.log, c.closeLog = newLogger(conf, p.stderr, p.logs)
 	c.log = c.log.With("cmd", cmd, "containerID", args.ContainerID, "ifname", args.IfName)
 	var envErr error
@@ -115,12 +123,24 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		Store:              &scratch.Store{Dir: conf.CNIDir},
 		Log:                c.log,
 		LockTimeout:        conf.LockTimeout,
+		UndoTimeout:        conf.CallTimeout,
 		RetryDeleteOnError: conf.RetryDeleteOnError,
 	}
 	if c.exec != nil && conf.PrestartDelegates() {
 		c.runner.Prestart = c.exec
 	}
 	return c, envErr
+}
+
+// callContext bounds one call by timeout (callTimeout): past it, the delegate
+// running then is killed and the call fails, so that a delegate that never
+// returns cannot hold the container's lock for good.
+func (p *plugin) callContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	base := p.ctx
+	if base == nil {
+		base = context.Background()
+	}
+	return context.WithTimeoutCause(base, timeout, fmt.Errorf("the call ran past its deadline (callTimeout %s)", timeout))
 }
 
 // start is begin for the verbs that refuse a bad environment outright.
@@ -136,6 +156,7 @@ func (p *plugin) start(cmd string, args *skel.CmdArgs) (*call, error) {
 // the runtime sees: the code is kept, and the message names the pod.
 func (c *call) finish(err error) error {
 	defer c.closeLog()
+	defer c.cancel()
 	c.exec.Close()
 	c.exec.LogStats(c.log)
 	if err == nil {

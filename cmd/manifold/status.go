@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -27,9 +26,9 @@ func (p *plugin) status(c *call) error {
 			return types.NewError(netconf.ErrPluginNotAvailable, "readiness indicator file "+f+" is missing", "")
 		}
 	}
-	atts, err := staticNetworks(context.Background(), c.conf, nil, c.pod)
+	atts, err := staticNetworks(c.ctx, c.conf, nil, c.pod)
 	if err != nil {
 		return err
 	}
-	return c.runner.Status(context.Background(), &atts[0])
+	return c.runner.Status(c.ctx, &atts[0])
 }
