@@ -43,9 +43,7 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 	// and the lock file, and returns err.
 	fail := func(last int, err error) ([]types.Result, error) {
 		r.Prestart.Close()
-		undo, cancel := r.undoContext(ctx)
-		defer cancel()
-		r.rollback(undo, rec, last)
+		r.rollback(ctx, rec, last)
 		if rmErr := r.Store.Remove(rec.ContainerID); rmErr != nil {
 			r.Log.Warn("remove scratch record after rollback", "error", rmErr)
 		}
@@ -96,14 +94,17 @@ func (r *Runner) confirm(ctx context.Context, rec *scratch.Record, i int) error 
 	return nil
 }
 
-// undoContext is the context of a rollback: ctx's values without its end,
-// bounded by UndoTimeout.
+// undoContext is the context of one delegate's DEL, in a rollback or in DEL:
+// ctx's values without its end, bounded by UndoTimeout. Each DEL has a budget
+// of its own, so that a delegate that hangs, and is killed at the bound,
+// costs the others nothing: they are still deleted. A cancelled call (the
+// runtime hung up) does not stop its clean-up half-way either.
 func (r *Runner) undoContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	t := r.UndoTimeout
 	if t <= 0 {
 		t = netconf.DefaultCallTimeout
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), t)
+	return context.WithTimeoutCause(context.WithoutCancel(ctx), t, fmt.Errorf("its DEL ran past the bound of %s (callTimeout)", t))
 }
 
 func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) (types.Result, error) {
@@ -123,7 +124,7 @@ func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.A
 // the caller returns the ADD's own error, which is what the runtime needs to see.
 func (r *Runner) rollback(ctx context.Context, rec *scratch.Record, last int) {
 	for i := last; i >= 0; i-- {
-		if err := r.delOne(ctx, rec, &rec.Attachments[i]); err != nil {
+		if err := r.delBounded(ctx, rec, &rec.Attachments[i]); err != nil {
 			r.Log.Error("rollback: delete failed", "network", rec.Attachments[i].DisplayName(), "ifname", rec.Attachments[i].IfName, "error", err)
 		}
 	}

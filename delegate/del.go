@@ -72,7 +72,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	defer r.Prestart.Close()
 	var errs []error
 	for _, att := range order {
-		if err := r.delOne(ctx, rec, att); err != nil {
+		if err := r.delBounded(ctx, rec, att); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -85,6 +85,13 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	}
 	l.Unlock(len(errs) == 0)
 	return errors.Join(errs...)
+}
+
+// delBounded is delOne with a budget of its own (undoContext).
+func (r *Runner) delBounded(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) error {
+	dctx, cancel := r.undoContext(ctx)
+	defer cancel()
+	return r.delOne(dctx, rec, att)
 }
 
 func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) error {

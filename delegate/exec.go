@@ -23,6 +23,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
+
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // DefaultPrestartGuard is how long a started process may wait for its turn
@@ -335,7 +337,9 @@ type proc struct {
 
 func (e *Exec) startProc(p *proc) error {
 	cmd := exec.Command(p.call.Path)
-	cmd.Env = p.call.Env
+	// The mark tells a manifold that finds itself run as a delegate, however
+	// it got there, to refuse (netconf.NestedEnv).
+	cmd.Env = append(slices.Clip(p.call.Env), netconf.NestedEnv+"=manifold")
 	if e.Root != "" {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: e.Root}
 		cmd.Dir = "/"

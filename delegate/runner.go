@@ -30,10 +30,11 @@ type Runner struct {
 	Log *slog.Logger
 	// LockTimeout bounds the wait for another call on the same container.
 	LockTimeout time.Duration
-	// UndoTimeout bounds the rollback of a failed ADD. The rollback has a
-	// budget of its own, since the ADD may have failed because its context
-	// ended (a delegate that hung past callTimeout, or a daemon call whose
-	// shim hung up). 0 means netconf.DefaultCallTimeout.
+	// UndoTimeout bounds each delegate's DEL, in DEL and in the rollback of a
+	// failed ADD, apart from the call's own context: the ADD may have failed
+	// because that ended (a delegate that hung past callTimeout, or a daemon
+	// call whose shim hung up), and one DEL that hangs must not stop the
+	// others. 0 means netconf.DefaultCallTimeout.
 	UndoTimeout time.Duration
 	// RetryDeleteOnError keeps the record when a delegate DEL fails.
 	RetryDeleteOnError bool

@@ -64,6 +64,10 @@ type Config struct {
 	MultusNamespace        string            `json:"multusNamespace,omitempty"`
 	ReadinessIndicatorFile string            `json:"readinessindicatorfile,omitempty"`
 	RetryDeleteOnError     bool              `json:"retryDeleteOnError,omitempty"`
+	// AllowedPluginTypes, when set, lists the plugin and IPAM types that a
+	// network from a NAD may use (docs/security.md); nil allows any type but
+	// the meta-plugins.
+	AllowedPluginTypes []string `json:"allowedPluginTypes,omitempty"`
 	// RawPrestartDelegates is "prestartDelegates"; unset means true.
 	RawPrestartDelegates *bool `json:"prestartDelegates,omitempty"`
 
@@ -153,6 +157,9 @@ func (c *Config) validate() error {
 				c.GlobalNamespaces = append(c.GlobalNamespaces, ns)
 			}
 		}
+	}
+	if err := validateAllowedTypes(c.AllowedPluginTypes); err != nil {
+		return err
 	}
 	if err := c.parsePodAnnotations(); err != nil {
 		c.PodAnnotationsErr = Invalid("invalid runtime config: %v", err)

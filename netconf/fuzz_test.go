@@ -88,7 +88,7 @@ func checkSelection(t *testing.T, s *NetworkSelection) {
 			t.Fatalf("protocol %q not normalised", p.Protocol)
 		}
 	}
-	att, _, err := AttachmentForSelection(*s, allCaps, "")
+	att, _, err := AttachmentForSelection(*s, allCaps, &Config{})
 	if err != nil {
 		t.Fatalf("valid selection %+v refused by a network with every capability: %v", s, err)
 	}

@@ -31,6 +31,9 @@ type Network struct {
 	Capabilities map[string]bool
 	// Types lists the plugin types, in order (for logs and error messages).
 	Types []string
+	// IPAMTypes lists each plugin's "ipam"."type", in the same order; "" for a
+	// plugin with none.
+	IPAMTypes []string
 }
 
 // ParseNetwork reads a single plugin config or a conflist. If the config has no
@@ -86,10 +89,15 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 		if typ == "" {
 			return nil, fmt.Errorf("network %q plugin %d has no \"type\"", name, i)
 		}
-		if strings.ContainsAny(typ, "/\\") || typ == "." || typ == ".." {
+		if !isPlainBinaryName(typ) {
 			return nil, fmt.Errorf("network %q plugin %d: type %q is not a plain binary name", name, i, typ)
 		}
 		n.Types = append(n.Types, typ)
+		ipamType, err := ipamTypeOf(p)
+		if err != nil {
+			return nil, fmt.Errorf("network %q plugin %d: %w", name, i, err)
+		}
+		n.IPAMTypes = append(n.IPAMTypes, ipamType)
 		if rawCaps, ok := p["capabilities"]; ok {
 			var caps map[string]bool
 			if err := json.Unmarshal(rawCaps, &caps); err != nil {
@@ -126,6 +134,23 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 	}
 	n.Bytes = b
 	return n, nil
+}
+
+// ipamTypeOf is a plugin's "ipam"."type": the plugin runs it from the same
+// bin dirs as itself, so it is held to the same rules as "type".
+func ipamTypeOf(plugin map[string]json.RawMessage) (string, error) {
+	var ipam map[string]json.RawMessage
+	if raw, ok := plugin["ipam"]; !ok || json.Unmarshal(raw, &ipam) != nil {
+		return "", nil // none, or not an object: the plugin itself refuses the latter
+	}
+	var typ string
+	if err := optString(ipam, "type", &typ); err != nil {
+		return "", fmt.Errorf("\"ipam\": %w", err)
+	}
+	if typ != "" && !isPlainBinaryName(typ) {
+		return "", fmt.Errorf("ipam type %q is not a plain binary name", typ)
+	}
+	return typ, nil
 }
 
 func optString(m map[string]json.RawMessage, key string, dst *string) error {

@@ -19,7 +19,7 @@ const (
 
 // AttachmentForSelection turns a selection and its NAD's spec.config into an
 // attachment (DESIGN §3, §4). An empty spec.config is looked up by the NAD's name
-// in confDir. It returns warnings for requests that a plugin may not honour but
+// in conf.ConfDir. It returns warnings for requests that a plugin may not honour but
 // that also travel in CNI_ARGS (ips, mac); every error is a CNI error with code 7
 // that names the NAD.
 //
@@ -27,13 +27,20 @@ const (
 // Multus drops it (its NetworkSelectionElement has no such field), and the IPAM
 // that uses it (OVN-Kubernetes) reads it from the pod's annotation itself.
 // Inventing a transport here would be one that no plugin reads.
-func AttachmentForSelection(sel NetworkSelection, nadConfig string, confDir string) (Attachment, []string, error) {
+//
+// The network's plugins are held to the rules for networks from a NAD:
+// no meta-plugin, and only conf.AllowedPluginTypes when that is set
+// (docs/security.md).
+func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config) (Attachment, []string, error) {
 	nad := sel.Namespace + "/" + sel.Name
 	if err := sel.Validate(); err != nil {
 		return Attachment{}, nil, Invalid("network %s: invalid selection: %v", nad, err)
 	}
-	n, err := networkForNAD(nad, sel.Name, nadConfig, confDir)
+	n, err := networkForNAD(nad, sel.Name, nadConfig, conf.ConfDir)
 	if err != nil {
+		return Attachment{}, nil, err
+	}
+	if err := checkPluginTypes(nad, n, conf.AllowedPluginTypes); err != nil {
 		return Attachment{}, nil, err
 	}
 	if len(sel.CNIArgs) > 0 {

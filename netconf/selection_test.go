@@ -35,7 +35,7 @@ func TestAttachmentForSelection(t *testing.T) {
 		CNIArgs:      map[string]any{"vlan": json.Number("100"), "new": "v"},
 		DefaultRoute: []string{"10.1.1.1"},
 	}
-	att, warnings, err := AttachmentForSelection(sel, macvlanConflist, t.TempDir())
+	att, warnings, err := AttachmentForSelection(sel, macvlanConflist, &Config{ConfDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestAttachmentForSelectionRequests(t *testing.T) {
 	sel := NetworkSelection{Name: "dev", Namespace: "pods", DeviceID: "0000:04:00.5",
 		InfinibandGUID: "c2:11:22:33:44:55:66:77", Bandwidth: &Bandwidth{IngressRate: 1, IngressBurst: 2},
 		IPs: []string{"10.0.0.1"}, MAC: "02:00:00:00:00:02"}
-	att, warnings, err := AttachmentForSelection(sel, single, "")
+	att, warnings, err := AttachmentForSelection(sel, single, &Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestAttachmentForSelectionRequests(t *testing.T) {
 		t.Errorf("requests lost: %+v", att)
 	}
 
-	plain, _, err := AttachmentForSelection(NetworkSelection{Name: "dev", Namespace: "pods"}, single, "")
+	plain, _, err := AttachmentForSelection(NetworkSelection{Name: "dev", Namespace: "pods"}, single, &Config{})
 	if err != nil || plain.RuntimeConfig != nil || plain.CNIArgs != nil || plain.IfName != "" {
 		t.Errorf("no requests gave %+v, %v", plain, err)
 	}
@@ -132,7 +132,7 @@ func TestAttachmentForSelectionErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			att, _, err := AttachmentForSelection(tt.sel, tt.config, t.TempDir())
+			att, _, err := AttachmentForSelection(tt.sel, tt.config, &Config{ConfDir: t.TempDir()})
 			if err == nil {
 				t.Fatalf("got %+v, want an error", att)
 			}
@@ -151,7 +151,7 @@ func TestAttachmentForSelectionConfDir(t *testing.T) {
 	write("10-a.conf", `{"cniVersion":"1.0.0","name":"stored","type":"bridge"}`)
 	write("20-b.conflist", `{"cniVersion":"1.0.0","name":"stored","plugins":[{"type":"ptp"},{"type":"portmap","capabilities":{"portMappings":true}}]}`)
 	sel := NetworkSelection{Name: "stored", Namespace: "ns", PortMappings: []PortMapping{{HostPort: 80, ContainerPort: 80}}}
-	att, _, err := AttachmentForSelection(sel, "", dir)
+	att, _, err := AttachmentForSelection(sel, "", &Config{ConfDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,10 @@ import (
 // a daemon that is alive but no longer accepting.
 const connectTimeout = 2 // seconds
 
+// nestedEnv is netconf.NestedEnv, which manifold sets for every delegate it
+// runs (the shim does not link netconf; a test holds the two equal).
+const nestedEnv = "MANIFOLD_DELEGATE_OF"
+
 // CNI error codes the shim itself can return.
 const (
 	codeInvalidConfig = 7
@@ -44,6 +48,12 @@ func main() {
 // run makes one CNI call and returns the exit code. It returns only when the
 // daemon answered or the shim failed; the fallback replaces the process.
 func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, nestedEnv+"=") {
+			// Refused before anything is read or sent: the config is not the node's.
+			return cniError(stdout, "", codeInvalidConfig, "manifold-shim refuses to run as a delegate of manifold ("+nestedEnv+" is set): a network's plugin or IPAM type named a meta-plugin")
+		}
+	}
 	data, err := io.ReadAll(io.LimitReader(stdin, shimproto.MaxStdin+1))
 	if err != nil || len(data) > shimproto.MaxStdin {
 		return cniError(stdout, "", codeInvalidConfig, "manifold-shim: read stdin: at most "+strconv.Itoa(shimproto.MaxStdin)+" bytes can be read")

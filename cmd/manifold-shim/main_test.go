@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
@@ -128,5 +129,29 @@ func TestCNIErrorIsJSON(t *testing.T) {
 	}
 	if e.Msg != msg || e.Code != 11 || e.CNIVersion != "1.1.0" {
 		t.Errorf("decoded %+v, want the message back", e)
+	}
+}
+
+// A shim run as a delegate of manifold (a NAD whose plugin or IPAM type is
+// manifold-shim) refuses before it reaches the daemon.
+func TestRunRefusesToBeADelegate(t *testing.T) {
+	if nestedEnv != netconf.NestedEnv {
+		t.Fatalf("nestedEnv %q differs from netconf.NestedEnv %q", nestedEnv, netconf.NestedEnv)
+	}
+	socket, got := fakeDaemon(t, func(*shimproto.Request) *shimproto.Reply { return &shimproto.Reply{} })
+	conf := `{"cniVersion":"1.1.0","name":"m","type":"manifold-shim","daemonSocket":"` + socket + `"}`
+	var stdout, stderr bytes.Buffer
+	env := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", nestedEnv + "=manifold"}
+	if code := run(strings.NewReader(conf), &stdout, &stderr, env); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	var e cniErr
+	if err := json.Unmarshal(stdout.Bytes(), &e); err != nil || e.Code != 7 || !strings.Contains(e.Msg, nestedEnv) {
+		t.Errorf("stdout %q, want a code 7 error that names %s (%v)", stdout.String(), nestedEnv, err)
+	}
+	select {
+	case req := <-got:
+		t.Errorf("the daemon got a call from a nested shim: %v", req.Env)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

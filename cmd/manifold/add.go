@@ -331,7 +331,7 @@ func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSe
 	if !found {
 		return netconf.Attachment{}, netconf.Invalid("network %s/%s: NetworkAttachmentDefinition not found", sel.Namespace, sel.Name)
 	}
-	att, warnings, err := netconf.AttachmentForSelection(sel, cfg, conf.ConfDir)
+	att, warnings, err := netconf.AttachmentForSelection(sel, cfg, conf)
 	if err != nil {
 		return netconf.Attachment{}, err
 	}

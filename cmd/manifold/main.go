@@ -8,7 +8,10 @@ import (
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -26,6 +29,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "daemon" {
 		os.Exit(runDaemon(os.Args[2:]))
 	}
+	if os.Getenv(netconf.NestedEnv) != "" {
+		os.Exit(refuseNested())
+	}
 	p := newPlugin()
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    p.cmdAdd,
@@ -34,4 +40,14 @@ func main() {
 		Status: p.cmdStatus,
 		GC:     p.cmdGC,
 	}, version.All, about())
+}
+
+// refuseNested answers a call made by a delegate of manifold (netconf.NestedEnv):
+// a network's plugin, or a plugin's IPAM, that turned out to be manifold. Run
+// so, manifold would obey the config it was given, written by whoever wrote
+// the network, as the node's own (docs/security.md).
+func refuseNested() int {
+	err := types.NewError(types.ErrInvalidNetworkConfig, "manifold refuses to run as a delegate of manifold ("+netconf.NestedEnv+" is set): a network's plugin or IPAM type named a meta-plugin", "")
+	err.Print()
+	return 1
 }

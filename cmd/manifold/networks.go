@@ -35,7 +35,7 @@ func resolveRef(ctx context.Context, conf *netconf.Config, nads nadSource, key, 
 		}
 		if found {
 			sel := netconf.NetworkSelection{Name: ref, Namespace: conf.MultusNamespace}
-			att, _, err := netconf.AttachmentForSelection(sel, cfg, conf.ConfDir)
+			att, _, err := netconf.AttachmentForSelection(sel, cfg, conf)
 			if err != nil {
 				return netconf.Attachment{}, err
 			}
