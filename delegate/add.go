@@ -104,7 +104,7 @@ func (r *Runner) undoContext(ctx context.Context) (context.Context, context.Canc
 	if t <= 0 {
 		t = netconf.DefaultCallTimeout
 	}
-	return context.WithTimeoutCause(context.WithoutCancel(ctx), t, fmt.Errorf("its DEL ran past the bound of %s (callTimeout)", t))
+	return context.WithTimeoutCause(context.WithoutCancel(ctx), t, fmt.Errorf("its DEL ran past its own bound (callTimeout %s)", t))
 }
 
 func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) (types.Result, error) {
