@@ -289,11 +289,14 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 	if err != nil && ctx.Err() != nil {
 		return nil, e.killedError(pluginPath, context.Cause(ctx))
 	}
+	if err == nil && p.stdout.dropped > 0 {
+		return nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("plugin %s wrote %d bytes to stdout, more than the limit of %d for a CNI result", pluginPath, int64(p.stdout.Len())+p.stdout.dropped, MaxPluginStdout), "")
+	}
 	if err != nil {
-		return nil, e.pluginError(pluginPath, err, p.stdout.Bytes(), p.stderr.Bytes())
+		return nil, e.pluginError(pluginPath, err, p.stdout.Bytes(), p.stderr.text())
 	}
 	if e.Stderr != nil && p.stderr.Len() > 0 {
-		e.Stderr.Write(p.stderr.Bytes())
+		e.Stderr.Write(p.stderr.text())
 	}
 	return p.stdout.Bytes(), nil
 }
@@ -331,8 +334,48 @@ type proc struct {
 	cmd     *exec.Cmd
 	pidfd   int // the process's pidfd, or -1; closed by wait
 	stdin   io.WriteCloser
-	stdout  bytes.Buffer
-	stderr  bytes.Buffer
+	stdout  cappedBuffer
+	stderr  cappedBuffer
+}
+
+// Bounds on what is kept of a plugin's output. A CNI result is a few KiB;
+// past MaxPluginStdout the call fails, since a cut result cannot be read.
+// Past MaxPluginStderr the rest of stderr, which is only for the log, is
+// dropped with a note.
+const (
+	MaxPluginStdout = 4 << 20
+	MaxPluginStderr = 64 << 10
+)
+
+// cappedBuffer keeps the first max bytes written to it and counts the rest,
+// so that a plugin that writes without end cannot grow the caller's memory.
+// It has no ReadFrom, which io.Copy would use instead of Write.
+type cappedBuffer struct {
+	buf     bytes.Buffer
+	max     int
+	dropped int64
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room < len(p) {
+		b.dropped += int64(len(p) - max(room, 0))
+		if room > 0 {
+			b.buf.Write(p[:room])
+		}
+		return len(p), nil // the writer goes on, and its output is counted
+	}
+	return b.buf.Write(p)
+}
+
+func (b *cappedBuffer) Len() int      { return b.buf.Len() }
+func (b *cappedBuffer) Bytes() []byte { return b.buf.Bytes() }
+
+// text is what was kept, with a note of what was dropped.
+func (b *cappedBuffer) text() []byte {
+	if b.dropped == 0 {
+		return b.Bytes()
+	}
+	return append(b.Bytes(), fmt.Sprintf("\n[manifold: %d more bytes of output dropped]\n", b.dropped)...)
 }
 
 func (e *Exec) startProc(p *proc) error {
@@ -344,6 +387,7 @@ func (e *Exec) startProc(p *proc) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: e.Root}
 		cmd.Dir = "/"
 	}
+	p.stdout.max, p.stderr.max = MaxPluginStdout, MaxPluginStderr
 	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
 	// A process the plugin left behind may hold its stdout open; past this,
 	// after the plugin's own exit, Wait stops waiting for it.
@@ -465,6 +509,17 @@ func (e *Exec) killedError(path string, cause error) error {
 	return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("plugin %s was killed before it answered: %v", where, cause), "")
 }
 
+// maxQuoted bounds the part of a plugin's output that an error message quotes.
+const maxQuoted = 2 << 10
+
+// clip is b, cut to maxQuoted bytes with a note of the rest.
+func clip(b []byte) string {
+	if len(b) <= maxQuoted {
+		return string(b)
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", b[:maxQuoted], len(b)-maxQuoted)
+}
+
 // pluginError is the plugin's own CNI error from its stdout, or else one that
 // says what is known.
 func (e *Exec) pluginError(path string, err error, stdout, stderr []byte) error {
@@ -477,9 +532,9 @@ func (e *Exec) pluginError(path string, err error, stdout, stderr []byte) error 
 	case len(stdout) > 0 && json.Unmarshal(stdout, &cniErr) == nil:
 		return &cniErr
 	case len(stdout) > 0:
-		cniErr.Msg = fmt.Sprintf("plugin %s failed, and its output is not a CNI error: %q", where, stdout)
+		cniErr.Msg = fmt.Sprintf("plugin %s failed, and its output is not a CNI error: %q", where, clip(stdout))
 	case len(stderr) > 0:
-		cniErr.Msg = fmt.Sprintf("plugin %s failed: %q", where, stderr)
+		cniErr.Msg = fmt.Sprintf("plugin %s failed: %q", where, clip(stderr))
 	default:
 		cniErr.Msg = fmt.Sprintf("plugin %s failed with no message: %v", where, err)
 	}

@@ -68,3 +68,42 @@ func TestExecChroot(t *testing.T) {
 		t.Errorf("missing plugin: %v, want an error naming the root", err)
 	}
 }
+
+// TestExecBoundsOutput: a plugin that writes without end does not grow
+// manifold's memory with it. A result past MaxPluginStdout fails the call
+// with a message that says so; stderr past MaxPluginStderr is cut with a
+// note; an error message quotes at most maxQuoted bytes of the output.
+func TestExecBoundsOutput(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// 16 MiB of zeros, written by head from /dev/zero: far past every bound.
+	flood := "head -c 16777216 /dev/zero"
+	env := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/nonexistent", "CNI_IFNAME=eth0", "CNI_PATH=" + dir}
+	e := &Exec{}
+
+	_, err := e.ExecPlugin(context.Background(), script("big-result", flood), []byte(`{}`), env)
+	var te *types.Error
+	if !errors.As(err, &te) || !strings.Contains(te.Msg, "more than the limit") || !strings.Contains(te.Msg, "16777216 bytes") {
+		t.Errorf("a 16 MiB result: %v, want an error naming its size and the limit", err)
+	}
+
+	var stderr strings.Builder
+	e = &Exec{Stderr: &stderr}
+	if _, err := e.ExecPlugin(context.Background(), script("noisy", flood+" >&2; echo '{}'"), []byte(`{}`), env); err != nil {
+		t.Fatalf("a plugin with a 16 MiB stderr and a good result: %v", err)
+	}
+	if n := stderr.Len(); n > MaxPluginStderr+100 || !strings.Contains(stderr.String(), "more bytes of output dropped") {
+		t.Errorf("stderr passed on: %d bytes, want at most %d and a note of what was dropped", n, MaxPluginStderr+100)
+	}
+
+	_, err = e.ExecPlugin(context.Background(), script("noisy-fail", flood+" >&2; exit 1"), []byte(`{}`), env)
+	if !errors.As(err, &te) || len(te.Msg) > maxQuoted*7 || !strings.Contains(te.Msg, "more bytes") {
+		t.Errorf("a failing plugin with a 16 MiB stderr: message of %d bytes (%.80q…), want it cut", len(te.Msg), te.Msg)
+	}
+}
