@@ -179,6 +179,7 @@ func (c *nadCache) remember(k nadKey, r *nadRead) {
 type nadMemory struct {
 	mu      sync.Mutex
 	configs map[nadMemoryKey]string
+	bytes   int // the configs' total size
 }
 
 type nadMemoryKey struct {
@@ -186,8 +187,13 @@ type nadMemoryKey struct {
 	nad        nadKey
 }
 
-// nadMemoryMax bounds the memory; when it is full, it starts again empty.
-const nadMemoryMax = 4096
+// Bounds on the memory: the number of NADs and their configs' total size.
+// When either would be passed, it starts again empty. A config larger than
+// netconf.MaxConfigBytes, which no network can be built from, is not kept.
+const (
+	nadMemoryMax      = 4096
+	nadMemoryMaxBytes = 64 << 20
+)
 
 func (m *nadMemory) get(kubeconfig string, k nadKey) (string, bool) {
 	m.mu.Lock()
@@ -199,16 +205,29 @@ func (m *nadMemory) get(kubeconfig string, k nadKey) (string, bool) {
 func (m *nadMemory) put(kubeconfig string, k nadKey, config string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.configs == nil || len(m.configs) >= nadMemoryMax {
-		m.configs = map[nadMemoryKey]string{}
+	key := nadMemoryKey{kubeconfig, k}
+	m.dropLocked(key)
+	if len(config) > netconf.MaxConfigBytes {
+		return
 	}
-	m.configs[nadMemoryKey{kubeconfig, k}] = config
+	if m.configs == nil || len(m.configs) >= nadMemoryMax || m.bytes+len(config) > nadMemoryMaxBytes {
+		m.configs, m.bytes = map[nadMemoryKey]string{}, 0
+	}
+	m.configs[key] = config
+	m.bytes += len(config)
 }
 
 func (m *nadMemory) forget(kubeconfig string, k nadKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.configs, nadMemoryKey{kubeconfig, k})
+	m.dropLocked(nadMemoryKey{kubeconfig, k})
+}
+
+func (m *nadMemory) dropLocked(key nadMemoryKey) {
+	if old, ok := m.configs[key]; ok {
+		m.bytes -= len(old)
+		delete(m.configs, key)
+	}
 }
 
 // pendingNAD is a network built from the daemon's memory of its NAD while the

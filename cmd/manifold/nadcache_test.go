@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // In the daemon, a network whose NAD is still being read is built from the
@@ -125,5 +126,43 @@ func TestBinaryDoesNotSpeculate(t *testing.T) {
 	}
 	if len(atts) != 2 || atts[1].NAD != "default/net-a" || len(pc.pending) != 0 {
 		t.Errorf("attachments %+v, pending %+v; want net-a from its read, nothing pending", atts, pc.pending)
+	}
+}
+
+// The daemon's memory of NADs is bounded by the configs' total size, not
+// only by their count: a config too large to build a network from is not
+// kept, and the memory starts again empty before it would pass its byte
+// bound. Replacing or forgetting a config gives its bytes back.
+func TestNADMemoryBytes(t *testing.T) {
+	m := &nadMemory{}
+	huge := strings.Repeat("x", netconf.MaxConfigBytes+1)
+	m.put("", nadKey{"ns", "huge"}, huge)
+	if _, ok := m.get("", nadKey{"ns", "huge"}); ok || m.bytes != 0 {
+		t.Errorf("a config of %d bytes was kept (memory holds %d bytes)", len(huge), m.bytes)
+	}
+	big := strings.Repeat("y", netconf.MaxConfigBytes)
+	for i := range nadMemoryMaxBytes/len(big) + 3 {
+		m.put("", nadKey{"ns", fmt.Sprint(i)}, big)
+		if m.bytes > nadMemoryMaxBytes {
+			t.Fatalf("after %d configs of %d bytes the memory holds %d bytes, more than %d", i+1, len(big), m.bytes, nadMemoryMaxBytes)
+		}
+	}
+	total := 0
+	for _, c := range m.configs {
+		total += len(c)
+	}
+	if total != m.bytes {
+		t.Errorf("the count says %d bytes, the configs hold %d", m.bytes, total)
+	}
+	m.configs, m.bytes = nil, 0
+	m.put("", nadKey{"ns", "a"}, "12345")
+	m.put("", nadKey{"ns", "a"}, "12")
+	m.forget("", nadKey{"ns", "b"})
+	if m.bytes != 2 {
+		t.Errorf("after a replacement the memory counts %d bytes, want 2", m.bytes)
+	}
+	m.forget("", nadKey{"ns", "a"})
+	if m.bytes != 0 || len(m.configs) != 0 {
+		t.Errorf("after forget: %d bytes, %d configs", m.bytes, len(m.configs))
 	}
 }
