@@ -112,7 +112,7 @@ func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.A
 	if err != nil {
 		return nil, netconf.Invalid("add network %s as %s: %v", att.DisplayName(), att.IfName, err)
 	}
-	r.Log.Debug("delegate add", "network", att.DisplayName(), "ifname", att.IfName, "plugins", len(list.Plugins))
+	r.Log.Debug("delegate add", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName, "plugins", len(list.Plugins))
 	res, err := r.CNI.AddNetworkList(ctx, list, runtimeConf(rec, att))
 	if err != nil {
 		return nil, wrapDelegateError(err, "add network %s as %s", att.DisplayName(), att.IfName)
@@ -125,7 +125,7 @@ func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.A
 func (r *Runner) rollback(ctx context.Context, rec *scratch.Record, last int) {
 	for i := last; i >= 0; i-- {
 		if err := r.delBounded(ctx, rec, &rec.Attachments[i]); err != nil {
-			r.Log.Error("rollback: delete failed", "network", rec.Attachments[i].DisplayName(), "ifname", rec.Attachments[i].IfName, "error", err)
+			r.Log.Error("rollback: delete failed", "network", rec.Attachments[i].DisplayName(), AttachmentIfnameKey, rec.Attachments[i].IfName, "error", err)
 		}
 	}
 }

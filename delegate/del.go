@@ -101,7 +101,7 @@ func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.A
 		r.Log.Error("skip delete of unparseable network", "network", att.DisplayName(), "error", err)
 		return nil
 	}
-	r.Log.Debug("delegate del", "network", att.DisplayName(), "ifname", att.IfName)
+	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
 	if err := r.CNI.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
 		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
 	}

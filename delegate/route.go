@@ -122,7 +122,7 @@ func (r *Runner) moveDefaultRoute(atts []netconf.Attachment, c *gatewayChoice) e
 			if err := netlink.RouteReplace(rt); err != nil {
 				return fmt.Errorf("add default route via %s on %s: %w", c.gw, atts[i].IfName, err)
 			}
-			r.Log.Debug("default route moved", "gateway", c.gw.String(), "ifname", atts[i].IfName)
+			r.Log.Debug("default route moved", "gateway", c.gw.String(), AttachmentIfnameKey, atts[i].IfName)
 		}
 	}
 	return nil

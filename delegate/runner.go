@@ -20,6 +20,11 @@ import (
 	"github.com/manifold-cni/manifold/scratch"
 )
 
+// AttachmentIfnameKey is the log key of one attachment's interface name. The
+// call's own interface (CNI_IFNAME) is "ifname" on every line of the call, and
+// a JSON line may not carry a key twice (DESIGN §8).
+const AttachmentIfnameKey = "attachmentIfname"
+
 // Runner runs delegates. Its dependencies are fields so tests can swap them.
 type Runner struct {
 	// CNI runs the plugins; normally a *libcni.CNIConfig whose cache dir is cniDir.

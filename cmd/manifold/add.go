@@ -124,7 +124,11 @@ func (p *plugin) expectDefault(ctx context.Context, c *call) {
 // warning is logged.
 func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	pc := &podContext{}
-	if !k8sclient.Configured(c.conf.Kubeconfig) || c.pod.Name == "" {
+	if !k8sclient.Configured(c.conf.Kubeconfig) {
+		warnUnserved(c)
+		return pc, nil
+	}
+	if c.pod.Name == "" {
 		return pc, nil
 	}
 	api, err := p.newAPI(c.conf)
@@ -161,6 +165,19 @@ func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	}
 	pc.pod, pc.statusUID = pod, pod.UID
 	return pc, nil
+}
+
+// warnUnserved says, for a node with no API server, which of the pod's
+// requests for networks cannot be served: with no NADs to read, the pod gets
+// only the static networks. It is a warning, not a failure, as with Multus
+// on such a node (docs/configuration.md); the runtime passes the pod's
+// annotations, or manifold could not know of them at all.
+func warnUnserved(c *call) {
+	for _, k := range []string{annotNetworks, annotDefaultNetwork} {
+		if v := c.conf.PodAnnotations[k]; strings.TrimSpace(v) != "" {
+			c.log.Warn("the pod asks for networks, but manifold has no kubeconfig to read their NADs with; attaching only the static networks", "annotation", k, "value", v)
+		}
+	}
 }
 
 // isAPIPod reports whether the pod came from the API server, not from a file

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/manifold-cni/manifold/delegate"
 	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -265,7 +266,7 @@ func (pc *podContext) confirm(c *call) func(context.Context, int, *netconf.Attac
 				return nil, err
 			}
 			att.IfName = recorded.IfName
-			c.log.Info("NAD changed since the daemon last read it; network recorded again before its delegate runs", "network", att.DisplayName(), "ifname", att.IfName)
+			c.log.Info("NAD changed since the daemon last read it; network recorded again before its delegate runs", "network", att.DisplayName(), delegate.AttachmentIfnameKey, att.IfName)
 			return &att, nil
 		}
 		return nil, nil

@@ -60,6 +60,7 @@ type call struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	cmd      string
+	start    time.Time
 	args     *skel.CmdArgs
 	conf     *netconf.Config
 	cniArgs  [][2]string
@@ -92,7 +93,7 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &call{cmd: cmd, args: args, conf: conf}
+	c := &call{cmd: cmd, args: args, conf: conf, start: time.Now()}
 	c.ctx, c.cancel = p.callContext(conf.CallTimeout)
 	c.log, c.closeLog = newLogger(conf, p.stderr, p.logs)
 	c.log = c.log.With("cmd", cmd, "containerID", args.ContainerID, "ifname", args.IfName)
@@ -159,7 +160,16 @@ func (c *call) finish(err error) error {
 	defer c.cancel()
 	c.exec.Close()
 	c.exec.LogStats(c.log)
+	took := time.Since(c.start).Round(time.Microsecond).String()
 	if err == nil {
+		// The one line per call that an admin reads (DESIGN §8). The runtime
+		// polls STATUS every few seconds, so a STATUS that succeeds says so
+		// at debug level only.
+		level := slog.LevelInfo
+		if c.cmd == "STATUS" {
+			level = slog.LevelDebug
+		}
+		c.log.Log(c.ctx, level, c.cmd+" done", "result", "ok", "duration", took)
 		return nil
 	}
 	code := uint(types.ErrInternal)
@@ -171,6 +181,6 @@ func (c *call) finish(err error) error {
 	if c.pod.Name != "" {
 		msg = fmt.Sprintf("pod %s: %s", c.pod, msg)
 	}
-	c.log.Error(c.cmd+" failed", "code", code, "error", msg)
+	c.log.Error(c.cmd+" failed", "result", "error", "code", code, "error", msg, "duration", took)
 	return types.NewError(code, msg, "")
 }
