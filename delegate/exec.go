@@ -32,7 +32,7 @@ import (
 const DefaultPrestartGuard = 5 * time.Second
 
 // Exec runs delegate plugins for libcni. It can start the process of the call
-// that it expects next before that call's turn (docs/performance.md, change 7;
+// that it expects next before that call's turn (docs/performance-history.md, change 7;
 // docs/configuration.md), so that the plugin's start-up (for a Go plugin,
 // about 10 ms of runtime start and page faults) overlaps what comes before.
 //
@@ -188,7 +188,7 @@ func (e *Exec) startNextLocked() {
 // runs on a CPU that has time for it; on a saturated node it only moves work
 // ahead of other pods' delegates. On the 2-CPU benchmark machine, one pod at a
 // time keeps at most about 11 tasks runnable, and 20 pods started at once
-// 20 to 40 (docs/performance.md, change 7).
+// 20 to 40 (docs/performance-history.md, change 7).
 func cpuBusy() bool {
 	b, err := os.ReadFile("/proc/loadavg")
 	return err == nil && busyFrom(string(b), runtime.NumCPU())
@@ -465,7 +465,7 @@ func (p *proc) kill() {
 // its P back after 10 ms and poll every 20 µs for a while after that, which
 // cost about 45 context switches and 0.6-0.9 ms of CPU per delegate on this
 // project's test machine, CPU that the running delegate needs
-// (docs/performance.md, change 10). Without a pidfd it falls back to Wait
+// (docs/performance-history.md, change 10). Without a pidfd it falls back to Wait
 // alone.
 func (p *proc) wait() error {
 	if p.pidfd >= 0 {

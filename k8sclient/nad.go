@@ -52,7 +52,7 @@ type NetworkAttachmentDefinitionSpec struct {
 // starts the pod's sandbox, so such a read often waits, for up to 100 ms when
 // another NAD read asked for a notification just before: in a rollout, most
 // of them. A consistent read costs one etcd read and does not wait
-// (docs/performance.md, change 12).
+// (docs/performance-history.md, change 12).
 func (c *Client) GetNAD(ctx context.Context, namespace, name string) (*NetworkAttachmentDefinition, error) {
 	path := "/apis/" + NADGroup + "/" + NADVersion + "/namespaces/" + url.PathEscape(namespace) + "/" + NADResource + "/" + url.PathEscape(name)
 	nad := &NetworkAttachmentDefinition{}

@@ -100,7 +100,7 @@ func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 // daemon's answer (as long as the delegates take) parks in the Go runtime's
 // netpoller. A read blocked in the kernel instead keeps the runtime's sysmon
 // thread polling, every 20 µs at first, about 50 extra context switches and
-// 0.8 ms of CPU per call here (docs/performance.md, change 11).
+// 0.8 ms of CPU per call here (docs/performance-history.md, change 11).
 func connect(path string) (*os.File, error) {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

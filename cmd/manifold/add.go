@@ -95,7 +95,7 @@ func (p *plugin) add(c *call) error {
 }
 
 // expectDefault starts the default network's plugin process while the pod and
-// its NADs are read (docs/performance.md, change 7). It
+// its NADs are read (docs/performance-history.md, change 7). It
 // predicts the default network from the static config alone; when the pod or a
 // NAD turns out to change it, the process is killed unused.
 func (p *plugin) expectDefault(ctx context.Context, c *call) {

@@ -176,7 +176,7 @@ func (c *nadCache) remember(k nadKey, r *nadRead) {
 // nadMemory is the node daemon's memory of the NADs it has read: the config
 // that the last successful read of each returned. NADs change rarely and many
 // pods use the same few, so a pod's networks can nearly always be built from
-// it while their reads are on the way (docs/performance.md, change 13).
+// it while their reads are on the way (docs/performance-history.md, change 13).
 type nadMemory struct {
 	mu      sync.Mutex
 	configs map[nadMemoryKey]string
