@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 CACHE ?= $(HOME)/.cache/manifold
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.Version=$(VERSION)
+LDFLAGS := -s -w -X main.Version=$(VERSION) -X github.com/manifold-cni/manifold/flow.Version=$(VERSION)
 FUZZTIME ?= 20s
 FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest cmd/manifold-shim:FuzzTopLevelStrings
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
@@ -61,11 +62,10 @@ func runDaemon(args []string) int {
 		log.Error("daemon failed to start", "error", err)
 		return 1
 	}
-	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "version", Version)
-	d := newDaemon(log)
-	d.plugin.hostRoot = *hostRoot
+	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "version", flow.Version)
+	d := newDaemon(log, *hostRoot)
 	err = d.serve(ctx, ln)
-	d.plugin.reports.drain()
+	d.plugin.Drain()
 	if err != nil {
 		// Exit non-zero, so that the DaemonSet restarts the daemon; until
 		// then the shims run the binary.
@@ -79,18 +79,13 @@ func runDaemon(args []string) int {
 // daemon holds what lives across calls: the plugin, whose API clients, log
 // files and status writes are shared by every call.
 type daemon struct {
-	plugin *plugin
+	plugin *flow.Plugin
 	log    *slog.Logger
 }
 
-func newDaemon(log *slog.Logger) *daemon {
-	p := newPlugin()
-	apis := &apiCache{now: time.Now, build: newAPIClient}
-	p.newAPI = apis.get
-	p.logs = &logFiles{}
-	p.reports = &reports{}
-	p.nadMemory = &nadMemory{}
-	return &daemon{plugin: p, log: log}
+func newDaemon(log *slog.Logger, hostRoot string) *daemon {
+	apis := &apiCache{now: time.Now, build: flow.NewAPIClient}
+	return &daemon{plugin: flow.NewShared(hostRoot, apis.get), log: log}
 }
 
 // probeTimeout bounds a liveness probe: connect, call and answer.
@@ -209,7 +204,7 @@ func (d *daemon) handle(conn *net.UnixConn) {
 	conn.SetDeadline(time.Time{})
 	answered := make(chan struct{})
 	defer close(answered)
-	rep := d.plugin.serveCall(req, answered)
+	rep := d.plugin.ServeCall(req, answered)
 	conn.SetDeadline(time.Now().Add(ioTimeout))
 	if err := shimproto.WriteReply(conn, rep); err != nil {
 		d.log.Warn("answer not delivered to the shim", "cmd", req.Getenv("CNI_COMMAND"), "containerID", req.Getenv("CNI_CONTAINERID"), "error", err)
@@ -229,7 +224,7 @@ const hangupWait = 100 * time.Millisecond
 // a warm connection.
 type apiCache struct {
 	now   func() time.Time
-	build func(*netconf.Config) (podAPI, error)
+	build func(*netconf.Config) (flow.API, error)
 
 	mu      sync.Mutex
 	clients map[apiKey]*cachedAPI
@@ -241,12 +236,12 @@ type apiKey struct {
 }
 
 type cachedAPI struct {
-	api   podAPI
+	api   flow.API
 	made  time.Time
 	mtime time.Time // the kubeconfig's, when it was read
 }
 
-func (a *apiCache) get(conf *netconf.Config) (podAPI, error) {
+func (a *apiCache) get(conf *netconf.Config) (flow.API, error) {
 	key := apiKey{conf.Kubeconfig, conf.APITimeout}
 	var mtime time.Time
 	if key.kubeconfig != "" {

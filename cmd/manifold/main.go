@@ -11,11 +11,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 )
-
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
 
 func init() {
 	// Namespace switches (default-route changes) happen on the current OS thread;
@@ -32,14 +30,7 @@ func main() {
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())
 	}
-	p := newPlugin()
-	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    p.cmdAdd,
-		Del:    p.cmdDel,
-		Check:  p.cmdCheck,
-		Status: p.cmdStatus,
-		GC:     p.cmdGC,
-	}, version.All, about())
+	skel.PluginMainFuncs(flow.New().Funcs(), version.All, flow.About())
 }
 
 // refuseNested answers a call made by a delegate of manifold (netconf.NestedEnv):

@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 )
 
 // cmdGC (CNI 1.1) removes what belongs to containers the runtime no longer has.
-func (p *plugin) cmdGC(args *skel.CmdArgs) error {
+func (p *Plugin) cmdGC(args *skel.CmdArgs) error {
 	c, err := p.start("GC", args)
 	if err != nil {
 		return err
@@ -18,7 +18,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 	return c.finish(p.gc(c))
 }
 
-func (p *plugin) gc(c *call) error {
+func (p *Plugin) gc(c *call) error {
 	var in struct {
 		Valid  []types.GCAttachment `json:"cni.dev/valid-attachments"`
 		Legacy []types.GCAttachment `json:"cni.dev/attachments"`

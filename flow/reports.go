@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"bytes"
@@ -106,7 +106,7 @@ func (w *callStderr) seal() []byte {
 // awaitReport makes a verb on a container wait for that container's status
 // write, in the daemon. The write's requests run concurrently, each bounded by
 // apiTimeout, so it is done within apiTimeout; the extra second is slack.
-func (p *plugin) awaitReport(c *call) {
+func (p *Plugin) awaitReport(c *call) {
 	if p.reports == nil || c.args.ContainerID == "" {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // cmdStatus (CNI 1.1) reports code 50 while the readiness indicator file is
 // missing, and otherwise forwards to the default network's plugins. It does not
 // wait: the runtime polls STATUS.
-func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
+func (p *Plugin) cmdStatus(args *skel.CmdArgs) error {
 	c, err := p.start("STATUS", args)
 	if err != nil {
 		return err
@@ -20,7 +20,7 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 	return c.finish(p.status(c))
 }
 
-func (p *plugin) status(c *call) error {
+func (p *Plugin) status(c *call) error {
 	if f := c.conf.ReadinessIndicatorFile; f != "" {
 		if _, err := os.Stat(f); err != nil {
 			return types.NewError(netconf.ErrPluginNotAvailable, "readiness indicator file "+f+" is missing", "")

@@ -1,4 +1,9 @@
-package main
+// Package flow is one CNI call of manifold, from its config to its result:
+// choosing a pod's networks, reading the pod and its NADs, the record, the
+// delegates, the status and the events (DESIGN §3-§8). The thin binary
+// (cmd/manifold) and the node daemon drive it; the daemon through ServeCall,
+// which answers a call from manifold-shim as the binary would.
+package flow
 
 import (
 	"context"
@@ -19,8 +24,8 @@ import (
 	"github.com/manifold-cni/manifold/scratch"
 )
 
-// plugin holds what the verbs depend on, so tests can swap them.
-type plugin struct {
+// Plugin holds what the verbs depend on, so tests can swap them.
+type Plugin struct {
 	// ctx is what a call's context derives from: in the daemon, it is
 	// cancelled when the shim hangs up; nil means context.Background.
 	ctx  context.Context
@@ -46,11 +51,39 @@ type plugin struct {
 	answered <-chan struct{}
 }
 
-func newPlugin() *plugin {
-	return &plugin{stdout: os.Stdout, stderr: os.Stderr, now: time.Now, newAPI: newAPIClient}
+// Version is manifold's version, set at build time with -ldflags
+// "-X github.com/manifold-cni/manifold/flow.Version=...".
+var Version = "dev"
+
+// New is the plugin of the thin binary: one call, on stdin and stdout.
+func New() *Plugin {
+	return &Plugin{stdout: os.Stdout, stderr: os.Stderr, now: time.Now, newAPI: NewAPIClient}
 }
 
-func newAPIClient(conf *netconf.Config) (podAPI, error) {
+// NewShared is the plugin of the node daemon, shared by every call it
+// serves: log files stay open, status writes run after the answer, NADs are
+// remembered, and newAPI hands out the daemon's long-lived API clients.
+// Delegates run chrooted into hostRoot when it is set.
+func NewShared(hostRoot string, newAPI func(*netconf.Config) (API, error)) *Plugin {
+	p := New()
+	p.hostRoot = hostRoot
+	p.newAPI = newAPI
+	p.logs = &logFiles{}
+	p.reports = &reports{}
+	p.nadMemory = &nadMemory{}
+	return p
+}
+
+// Funcs are the verbs, for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.cmdAdd, Del: p.cmdDel, Check: p.cmdCheck, Status: p.cmdStatus, GC: p.cmdGC}
+}
+
+// Drain waits for the status writes that the daemon's calls left running.
+func (p *Plugin) Drain() { p.reports.drain() }
+
+// NewAPIClient is the API client of one call: a new connection per client.
+func NewAPIClient(conf *netconf.Config) (API, error) {
 	return k8sclient.New(conf.Kubeconfig, conf.APITimeout)
 }
 
@@ -88,7 +121,7 @@ func (e *envError) Unwrap() error { return e.cni }
 // error returns a nil call. An environment error returns the call too, so the
 // verb can decide: ADD refuses, DEL knows nothing can be attached under a name
 // that ADD would have refused.
-func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
+func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	conf, err := netconf.ParseConfig(args.StdinData)
 	if err != nil {
 		return nil, err
@@ -136,7 +169,7 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 // callContext bounds one call by timeout (callTimeout): past it, the delegate
 // running then is killed and the call fails, so that a delegate that never
 // returns cannot hold the container's lock for good.
-func (p *plugin) callContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+func (p *Plugin) callContext(timeout time.Duration) (context.Context, context.CancelFunc) {
 	base := p.ctx
 	if base == nil {
 		base = context.Background()
@@ -145,7 +178,7 @@ func (p *plugin) callContext(timeout time.Duration) (context.Context, context.Ca
 }
 
 // start is begin for the verbs that refuse a bad environment outright.
-func (p *plugin) start(cmd string, args *skel.CmdArgs) (*call, error) {
+func (p *Plugin) start(cmd string, args *skel.CmdArgs) (*call, error) {
 	c, err := p.begin(cmd, args)
 	if err != nil && c != nil {
 		return nil, c.finish(err)

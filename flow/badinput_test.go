@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"bytes"
@@ -164,7 +164,7 @@ func TestBadInputInProcess(t *testing.T) {
 				nads: map[string]string{"default/net-a": nadConf, "other/net-b": nadConf},
 			}
 			var stdout bytes.Buffer
-			p := &plugin{stdout: &stdout, stderr: io.Discard, now: time.Now,
+			p := &Plugin{stdout: &stdout, stderr: io.Discard, now: time.Now,
 				newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
 			args := &skel.CmdArgs{ContainerID: "c1", Netns: "/proc/self/ns/net", IfName: "eth0",
 				Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;K8S_POD_UID=u", StdinData: tc.stdin}

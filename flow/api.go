@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"context"
@@ -17,6 +17,9 @@ const (
 	annotDefaultNetwork = "v1.multus-cni.io/default-network"
 	annotConfigSource   = "kubernetes.io/config.source"
 )
+
+// API is what a call needs from the API server (podAPI).
+type API = podAPI
 
 // podAPI is what ADD needs from the API server; *k8sclient.Client in production.
 // It must be safe for concurrent use: NAD reads, the status patch and the events

@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // The patch and the events go out together, over the one connection the call
 // already has: the runtime waits for all of them, and one round trip costs less
 // than 1+n in a row (docs/performance.md).
-func (p *plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result) {
+func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result) {
 	if pc.pod == nil || c.conf.IsSystemNamespace(pc.pod.Namespace) {
 		return
 	}
@@ -58,7 +58,7 @@ func (p *plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 }
 
 // warnEvent tells the pod's owner why its ADD failed.
-func (p *plugin) warnEvent(ctx context.Context, c *call, pc *podContext, cause error) {
+func (p *Plugin) warnEvent(ctx context.Context, c *call, pc *podContext, cause error) {
 	if pc == nil || pc.pod == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/manifold-cni/manifold/scratch"
 )
 
-func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
+func (p *Plugin) cmdAdd(args *skel.CmdArgs) error {
 	c, err := p.start("ADD", args)
 	if err != nil {
 		return err
@@ -42,7 +42,7 @@ type podContext struct {
 	pending []pendingNAD
 }
 
-func (p *plugin) add(c *call) error {
+func (p *Plugin) add(c *call) error {
 	ctx := c.ctx
 	if c.args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "")
@@ -98,7 +98,7 @@ func (p *plugin) add(c *call) error {
 // its NADs are read (docs/performance-history.md, change 7). It
 // predicts the default network from the static config alone; when the pod or a
 // NAD turns out to change it, the process is killed unused.
-func (p *plugin) expectDefault(ctx context.Context, c *call) {
+func (p *Plugin) expectDefault(ctx context.Context, c *call) {
 	if c.runner.Prestart == nil {
 		return
 	}
@@ -122,7 +122,7 @@ func (p *plugin) expectDefault(ctx context.Context, c *call) {
 // not read at all. Otherwise it is read; a pod that is still not visible after
 // the bounded wait is not an error: it gets only its static networks, and a
 // warning is logged.
-func (p *plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
+func (p *Plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	pc := &podContext{}
 	if !k8sclient.Configured(c.conf.Kubeconfig) {
 		warnUnserved(c)
@@ -189,7 +189,7 @@ func isAPIPod(pod *k8sclient.Pod) bool {
 }
 
 // networksFor builds the pod's delegate list (DESIGN §3) with interface names.
-func (p *plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]netconf.Attachment, error) {
+func (p *Plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]netconf.Attachment, error) {
 	var nads nadSource
 	if pc.nads != nil {
 		nads = pc.nads
@@ -248,7 +248,7 @@ func parsePodRequest(conf *netconf.Config, pod *k8sclient.Pod) podRequest {
 // being read is built from the daemon's memory of that NAD, and confirmed by
 // the read before its delegate runs (pc.confirm); the default network never
 // is, since its delegate runs first.
-func (p *plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *podRequest, atts *[]netconf.Attachment) error {
+func (p *Plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *podRequest, atts *[]netconf.Attachment) error {
 	pod, nads := pc.pod, pc.nads
 	if req.overrideErr != nil {
 		return req.overrideErr

@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"encoding/json"
@@ -42,14 +42,14 @@ var cniEnv = []envVar{
 	{"CNI_NETNS_OVERRIDE", nil, nil},
 }
 
-// about is what the binary prints to stderr when it is run with no command.
-func about() string { return "manifold " + Version + ": a CNI meta-plugin for Kubernetes" }
+// About is what the binary prints to stderr when it is run with no command.
+func About() string { return "manifold " + Version + ": a CNI meta-plugin for Kubernetes" }
 
-// serveCall runs one CNI call from the shim and returns what the binary would
+// ServeCall runs one CNI call from the shim and returns what the binary would
 // have printed, and its exit code.
 // answered is closed by the caller once the answer is delivered; status writes
 // wait for it.
-func (p *plugin) serveCall(req *shimproto.Request, answered <-chan struct{}) *shimproto.Reply {
+func (p *Plugin) ServeCall(req *shimproto.Request, answered <-chan struct{}) *shimproto.Reply {
 	var stdout strings.Builder
 	stderr := &callStderr{after: p.stderr}
 	cp := *p
@@ -65,7 +65,7 @@ func (p *plugin) serveCall(req *shimproto.Request, answered <-chan struct{}) *sh
 	return rep
 }
 
-func (p *plugin) dispatch(req *shimproto.Request) *types.Error {
+func (p *Plugin) dispatch(req *shimproto.Request) *types.Error {
 	cmd := req.Getenv("CNI_COMMAND")
 	var missing []string
 	vals := map[string]string{}
@@ -84,7 +84,7 @@ func (p *plugin) dispatch(req *shimproto.Request) *types.Error {
 	}
 	if len(missing) > 0 {
 		if cmd == "" {
-			fmt.Fprintln(p.stderr, about())
+			fmt.Fprintln(p.stderr, About())
 			fmt.Fprintf(p.stderr, "CNI protocol versions supported: %s\n", strings.Join(version.All.SupportedVersions(), ", "))
 			return nil
 		}

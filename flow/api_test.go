@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"context"
@@ -109,9 +109,9 @@ func TestPrefetchReadsEachNADOnce(t *testing.T) {
 
 // apiCall is an ADD call of pod default/p (UID u) with the config keys in
 // extra, and a plugin whose API is api.
-func apiCall(t *testing.T, api podAPI, extra map[string]any) (*plugin, *call) {
+func apiCall(t *testing.T, api podAPI, extra map[string]any) (*Plugin, *call) {
 	t.Helper()
-	p := &plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
+	p := &Plugin{newAPI: func(*netconf.Config) (podAPI, error) { return api, nil }}
 	c := &call{conf: parseTestConf(t, extra), args: &skel.CmdArgs{IfName: "eth0"}, pod: netconf.PodRef{Namespace: "default", Name: "p", UID: "u"},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	return p, c

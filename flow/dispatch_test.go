@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 )
 
 // TestDaemonAnswersLikeBinary holds the daemon's dispatcher to skel: for every
-// call here, the binary (run under skel) and the daemon (serveCall) print the
+// call here, the binary (run under skel) and the daemon (ServeCall) print the
 // same bytes and exit with the same code. The calls cover each required
 // variable, skel's checks on values and config, the version gates of CHECK, GC
 // and STATUS, and verbs that run to the end without a network namespace.
@@ -76,7 +76,7 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 	head, _, _ := strings.Cut(string(aboutOut), ":")
 	defer func(v string) { Version = v }(Version)
 	Version = strings.TrimPrefix(head, "manifold ")
-	d := newDaemon(nil)
+	d := NewShared("", nil)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(bin)
@@ -92,7 +92,7 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 				}
 				exit = ee.ExitCode()
 			}
-			rep := d.plugin.serveCall(&shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil)
+			rep := d.ServeCall(&shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil)
 			if rep.ExitCode != exit || !bytes.Equal(rep.Stdout, stdout.Bytes()) {
 				t.Errorf("daemon: exit %d, stdout %q\nbinary: exit %d, stdout %q", rep.ExitCode, rep.Stdout, exit, stdout.Bytes())
 			}

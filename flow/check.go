@@ -1,10 +1,10 @@
-package main
+package flow
 
 import (
 	"github.com/containernetworking/cni/pkg/skel"
 )
 
-func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
+func (p *Plugin) cmdCheck(args *skel.CmdArgs) error {
 	c, err := p.start("CHECK", args)
 	if err != nil {
 		return err

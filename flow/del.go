@@ -1,4 +1,4 @@
-package main
+package flow
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // cmdDel never talks to the API server and never waits for the readiness file:
 // everything it needs is in the scratch record or the libcni cache, so pod
 // deletion works when the API server, the pod or the netns are gone.
-func (p *plugin) cmdDel(args *skel.CmdArgs) error {
+func (p *Plugin) cmdDel(args *skel.CmdArgs) error {
 	c, err := p.begin("DEL", args)
 	if c == nil {
 		return err

@@ -1,0 +1,123 @@
+package flow
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/plugins/test/noop/debug"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/netconf"
+)
+
+// TestReportsOrder: writes for one container run one after another, a write
+// starts only once its call's answer is delivered, and wait returns only when
+// the container's writes are done (or at the bound).
+func TestReportsOrder(t *testing.T) {
+	r := &reports{}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	answered := make(chan struct{})
+	r.start("c1", nil, func() { <-release; note("first") })
+	r.start("c1", nil, func() { note("second") })
+	r.start("c2", answered, func() { note("other") })
+	if r.wait("c2", 50*time.Millisecond) {
+		t.Fatal("c2's write ran before its answer was delivered")
+	}
+	close(answered)
+	if !r.wait("c2", 10*time.Second) {
+		t.Fatal("c2's write should not wait for c1's")
+	}
+	if r.wait("c1", 50*time.Millisecond) {
+		t.Fatal("wait returned while c1's first write was blocked")
+	}
+	close(release)
+	if !r.wait("c1", 10*time.Second) {
+		t.Fatal("wait did not return after c1's writes were done")
+	}
+	r.drain()
+	if len(order) != 3 || order[1] != "first" || order[2] != "second" {
+		t.Errorf("order = %v, want other, first, second", order)
+	}
+	if !r.wait("never", 0) || !(*reports)(nil).wait("c1", 0) {
+		t.Error("wait on a container with no write should return at once")
+	}
+}
+
+// blockingAPI is fakeAPI whose status patch waits for release.
+type blockingAPI struct {
+	*fakeAPI
+	release chan struct{}
+	patched chan struct{}
+}
+
+func (b *blockingAPI) PatchPodAnnotation(ctx context.Context, ns, name, uid, key, value string) error {
+	select { // bounded, so that a synchronous patch fails the test rather than hangs it
+	case <-b.release:
+	case <-time.After(10 * time.Second):
+	}
+	err := b.fakeAPI.PatchPodAnnotation(ctx, ns, name, uid, key, value)
+	close(b.patched)
+	return err
+}
+
+// TestDaemonAnswersBeforeStatus: in the daemon, ADD answers while the status
+// patch is still on its way, and a DEL of the same container waits for the
+// patch, so the status never lands after the DEL.
+func TestDaemonAnswersBeforeStatus(t *testing.T) {
+	plugins := testenv.Plugins(t)
+	api := &blockingAPI{
+		fakeAPI: &fakeAPI{pod: &k8sclient.Pod{}},
+		release: make(chan struct{}),
+		patched: make(chan struct{}),
+	}
+	api.pod.Namespace, api.pod.Name, api.pod.UID = "default", "p1", "u1"
+	p := NewShared("", nil)
+	p.newAPI = func(*netconf.Config) (podAPI, error) { return api, nil }
+	dbg := filepath.Join(t.TempDir(), "noop.json")
+	if err := (&debug.Debug{ReportResult: `{"cniVersion":"1.0.0","ips":[{"address":"10.9.0.9/24"}]}`}).WriteDebug(dbg); err != nil {
+		t.Fatal(err)
+	}
+	conf := testConf(t, map[string]any{"delegates": []any{map[string]any{"cniVersion": "1.0.0", "name": "def", "type": "noop", "debugFile": dbg}}})
+	args := &skel.CmdArgs{ContainerID: "c1", Netns: "/nonexistent/netns", IfName: "eth0", Path: plugins,
+		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: conf}
+
+	var out strings.Builder
+	p.stdout = &out
+	if err := p.cmdAdd(args); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	select {
+	case <-api.patched:
+		t.Fatal("the status was patched before ADD answered; the patch was blocked")
+	default:
+	}
+	delDone := make(chan error, 1)
+	go func() { delDone <- p.cmdDel(args) }()
+	select {
+	case err := <-delDone:
+		t.Fatalf("DEL finished (%v) while the ADD's status patch was still blocked", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(api.release)
+	if err := <-delDone; err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	select {
+	case <-api.patched:
+	default:
+		t.Fatal("DEL finished before the status patch")
+	}
+	p.reports.drain()
+	if len(api.events) != 1 {
+		t.Errorf("events = %v, want one AddedInterface", api.events)
+	}
+}
