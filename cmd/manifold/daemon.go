@@ -16,18 +16,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
 // ioTimeout bounds reading a call from the shim and writing the answer back.
 // The call itself is bounded by the verbs' own timeouts, as in the binary.
 const ioTimeout = 10 * time.Second
-
-// apiClientMaxAge is how long the daemon keeps one API client, and so one
-// warm connection. Past it, or when the kubeconfig file changes, the next call
-// builds a new client from the files, which picks up a rotated token or CA.
-const apiClientMaxAge = time.Minute
 
 // runDaemon is `manifold daemon`, the node daemon of thick mode
 // (docs/thick-mode.md). It serves the calls that manifold-shim passes over the
@@ -224,55 +218,3 @@ func (d *daemon) handle(conn *net.UnixConn) {
 
 // hangupWait bounds how long a status write waits for the shim to hang up.
 const hangupWait = 100 * time.Millisecond
-
-// apiCache keeps one API client per kubeconfig and timeout, so that calls share
-// a warm connection.
-type apiCache struct {
-	now   func() time.Time
-	build func(*netconf.Config) (podAPI, error)
-
-	mu      sync.Mutex
-	clients map[apiKey]*cachedAPI
-}
-
-type apiKey struct {
-	kubeconfig string
-	timeout    time.Duration
-}
-
-type cachedAPI struct {
-	api   podAPI
-	made  time.Time
-	mtime time.Time // the kubeconfig's, when it was read
-}
-
-func (a *apiCache) get(conf *netconf.Config) (podAPI, error) {
-	key := apiKey{conf.Kubeconfig, conf.APITimeout}
-	var mtime time.Time
-	if key.kubeconfig != "" {
-		if fi, err := os.Stat(key.kubeconfig); err == nil {
-			mtime = fi.ModTime()
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := a.now()
-	if c, ok := a.clients[key]; ok && now.Sub(c.made) < apiClientMaxAge && c.mtime.Equal(mtime) {
-		return c.api, nil
-	}
-	api, err := a.build(conf)
-	if err != nil {
-		return nil, err
-	}
-	if old, ok := a.clients[key]; ok {
-		// Calls in flight keep their requests; only idle connections close.
-		if c, ok := old.api.(interface{ CloseIdleConnections() }); ok {
-			c.CloseIdleConnections()
-		}
-	}
-	if a.clients == nil {
-		a.clients = map[apiKey]*cachedAPI{}
-	}
-	a.clients[key] = &cachedAPI{api: api, made: now, mtime: mtime}
-	return api, nil
-}

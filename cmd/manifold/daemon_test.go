@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,5 +173,73 @@ func TestDaemonAnswersBeforeStatus(t *testing.T) {
 	p.reports.drain()
 	if len(api.events) != 1 {
 		t.Errorf("events = %v, want one AddedInterface", api.events)
+	}
+}
+
+// TestAPICacheCredentials: the daemon's client is rebuilt when its token file
+// changes (the kubeconfig itself unchanged), and after the API server refused
+// its credentials with 401; real k8sclient clients against a local server
+// that accepts one token only.
+func TestAPICacheCredentials(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer good" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	writeToken := func(v string, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(token, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(token, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeToken("expired", time.Unix(1000, 0))
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "`+srv.URL+`"}}]
+users: [{name: u, user: {tokenFile: token}}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := &apiCache{now: time.Now, build: newAPIClient}
+	conf := &netconf.Config{Kubeconfig: kc, APITimeout: 5 * time.Second}
+	get := func() podAPI {
+		t.Helper()
+		api, err := a.get(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return api
+	}
+	first := get()
+	if get() != first {
+		t.Fatal("a second call did not reuse the client")
+	}
+	_, err := first.GetNAD(context.Background(), "ns", "n")
+	if !errors.Is(err, k8sclient.ErrUnauthorized) {
+		t.Fatalf("GetNAD with the expired token = %v, want a 401", err)
+	}
+	refused := get()
+	if refused == first {
+		t.Fatal("the client the API server refused with 401 was reused")
+	}
+	writeToken("good", time.Unix(2000, 0))
+	rotated := get()
+	if rotated == refused {
+		t.Fatal("the token file changed, and the client built from the old token was reused")
+	}
+	if _, err := rotated.GetNAD(context.Background(), "ns", "n"); !errors.Is(err, k8sclient.ErrNotFound) {
+		t.Fatalf("GetNAD with the rotated token = %v, want not found", err)
+	}
+	if get() != rotated {
+		t.Error("nothing changed, and the client was rebuilt")
 	}
 }
