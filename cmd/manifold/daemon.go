@@ -5,14 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -20,18 +18,32 @@ import (
 )
 
 // ioTimeout bounds reading a call from the shim and writing the answer back.
-// The call itself is bounded by the verbs' own timeouts, as in the binary.
+// The call itself is bounded by its callTimeout, as in the binary.
 const ioTimeout = 10 * time.Second
+
+// Defaults of the daemon's flags that bound its work.
+const (
+	defaultMaxCalls        = 128
+	defaultShutdownTimeout = 20 * time.Second
+)
 
 // runDaemon is `manifold daemon`, the node daemon of thick mode
 // (docs/thick-mode.md). It serves the calls that manifold-shim passes over the
 // socket with the same verbs as the binary, in one long-lived process.
 func runDaemon(args []string) int {
 	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
-	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on")
+	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on; its directory is made 0700, so give it a directory of its own")
 	hostRoot := fs.String("host-root", "", "the host's root filesystem as mounted in the daemon's container; delegates run chrooted into it")
-	probe := fs.Bool("probe", false, "do not serve: ask the daemon on --socket for VERSION, and exit 0 if it answers within 5s (a liveness probe)")
+	probe := fs.Bool("probe", false, "do not serve: ask the daemon on --socket for VERSION, and exit 0 if it answers within 5s and no call is stuck (a liveness probe)")
+	maxCalls := fs.Int("max-calls", defaultMaxCalls, "calls served at once; a call beyond it waits for a slot for 5s, then gets code 11 (daemon busy)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long calls in flight may finish before they are cancelled (their delegates killed)")
+	node := &nodePaths{}
+	node.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "manifold daemon: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	if *probe {
@@ -47,19 +59,36 @@ func runDaemon(args []string) int {
 			return 2
 		}
 	}
+	if err := node.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "manifold daemon: %v\n", err)
+		return 2
+	}
+	if *maxCalls < 1 || *shutdownTimeout < 0 {
+		fmt.Fprintf(os.Stderr, "manifold daemon: --max-calls %d must be at least 1, --shutdown-timeout %s at least 0s\n", *maxCalls, *shutdownTimeout)
+		return 2
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Before any goroutine of ours creates a file: listenSocket sets the
+	// process's umask for a moment.
 	ln, err := takeSocket(ctx, log, *socket)
 	if err != nil {
 		log.Error("daemon failed to start", "error", err)
 		return 1
 	}
-	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "version", Version)
 	d := newDaemon(log)
 	d.plugin.hostRoot = *hostRoot
+	d.plugin.node = node
+	d.setMaxCalls(*maxCalls)
+	d.shutdownTimeout = *shutdownTimeout
+	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
+		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
+		"shutdownTimeout", shutdownTimeout.String(), "version", Version)
 	err = d.serve(ctx, ln)
-	d.plugin.reports.drain()
+	if !d.plugin.reports.drainWithin(drainTimeout) {
+		log.Warn("status writes still running at exit; their pods keep their networks but may lack network-status", "waited", drainTimeout.String())
+	}
 	if err != nil {
 		// Exit non-zero, so that the DaemonSet restarts the daemon; until
 		// then the shims run the binary.
@@ -70,29 +99,18 @@ func runDaemon(args []string) int {
 	return 0
 }
 
-// daemon holds what lives across calls: the plugin, whose API clients, log
-// files and status writes are shared by every call.
-type daemon struct {
-	plugin *plugin
-	log    *slog.Logger
-}
-
-func newDaemon(log *slog.Logger) *daemon {
-	p := newPlugin()
-	apis := &apiCache{now: time.Now, build: newAPIClient}
-	p.newAPI = apis.get
-	p.logs = &logFiles{}
-	p.reports = &reports{}
-	p.nadMemory = &nadMemory{}
-	return &daemon{plugin: p, log: log}
-}
-
 // probeTimeout bounds a liveness probe: connect, call and answer.
 const probeTimeout = 5 * time.Second
 
+// probeEnv marks a request as the liveness probe's. The daemon then also
+// reports calls that are stuck; a daemon that predates it ignores the entry
+// (it reads only CNI_* variables) and answers VERSION, as a probe expects.
+const probeEnv = "MANIFOLD_PROBE"
+
 // probeDaemon makes one VERSION call through the socket, as the shim would.
-// It checks that the daemon accepts, reads, dispatches and answers; not the
-// API server or the delegates, whose faults are the calls' own to report.
+// It checks that the daemon accepts, reads, dispatches and answers, and that
+// no call has outlived its bound (daemon.stuck); not the API server or the
+// delegates, whose faults are the calls' own to report.
 func probeDaemon(socket string, timeout time.Duration) error {
 	conn, err := net.DialTimeout("unix", socket, timeout)
 	if err != nil {
@@ -100,7 +118,7 @@ func probeDaemon(socket string, timeout time.Duration) error {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(timeout))
-	if err := shimproto.WriteRequest(conn, &shimproto.Request{Env: []string{"CNI_COMMAND=VERSION"}}); err != nil {
+	if err := shimproto.WriteRequest(conn, &shimproto.Request{Env: []string{"CNI_COMMAND=VERSION", probeEnv + "=1"}}); err != nil {
 		return fmt.Errorf("send VERSION to %s: %w", socket, err)
 	}
 	rep, err := shimproto.ReadReply(conn)
@@ -108,7 +126,7 @@ func probeDaemon(socket string, timeout time.Duration) error {
 		return fmt.Errorf("answer to VERSION from %s: %w", socket, err)
 	}
 	if rep.ExitCode != 0 || !strings.Contains(string(rep.Stdout), "supportedVersions") {
-		return fmt.Errorf("answer to VERSION from %s: exit %d, %q", socket, rep.ExitCode, rep.Stdout)
+		return fmt.Errorf("answer to VERSION from %s: exit %d, %s", socket, rep.ExitCode, rep.Stdout)
 	}
 	return nil
 }
@@ -136,85 +154,3 @@ func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixLi
 		}
 	}
 }
-
-// listenSocket listens on path, in a directory only root can enter. A socket
-// file left by a daemon that is gone is replaced; one that a live daemon
-// answers on is not.
-func listenSocket(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create socket dir for %s: %w", path, err)
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("listen on %s: %w", path, errSocketBusy)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	// The socket runs CNI calls as root: only root may connect.
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("restrict socket %s: %w", path, err)
-	}
-	return ln, nil
-}
-
-// serve answers calls until ctx is done, then stops taking new ones and waits
-// for the calls in flight: stopping one half way would leave a half-attached
-// pod for DEL to clean.
-func (d *daemon) serve(ctx context.Context, ln *net.UnixListener) error {
-	// Close removes the socket file (net.UnixListener unlinks it), so the shims
-	// that come after fall back to the binary at once.
-	go func() {
-		<-ctx.Done()
-		ln.Close()
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			ln.Close()
-			return fmt.Errorf("accept on the socket: %w", err)
-		}
-		wg.Go(func() { d.handle(conn) })
-	}
-}
-
-// handle serves one connection: one call.
-func (d *daemon) handle(conn *net.UnixConn) {
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(ioTimeout))
-	req, err := shimproto.ReadRequest(conn)
-	if errors.Is(err, io.EOF) {
-		return // a connection closed before it said anything: a liveness probe
-	}
-	if err != nil {
-		d.log.Warn("bad call on the socket", "error", err)
-		return
-	}
-	conn.SetDeadline(time.Time{})
-	answered := make(chan struct{})
-	defer close(answered)
-	rep := d.plugin.serveCall(req, answered)
-	conn.SetDeadline(time.Now().Add(ioTimeout))
-	if err := shimproto.WriteReply(conn, rep); err != nil {
-		d.log.Warn("answer not delivered to the shim", "cmd", req.Getenv("CNI_COMMAND"), "containerID", req.Getenv("CNI_CONTAINERID"), "error", err)
-		return
-	}
-	// The shim prints the answer and exits, and the runtime goes on with the
-	// pod. The status write waits for the hang-up (bounded), so that it does
-	// not compete with that for the CPU.
-	conn.SetReadDeadline(time.Now().Add(hangupWait))
-	io.Copy(io.Discard, io.LimitReader(conn, 1))
-}
-
-// hangupWait bounds how long a status write waits for the shim to hang up.
-const hangupWait = 100 * time.Millisecond

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,13 +47,16 @@ var cniEnv = []envVar{
 func about() string { return "manifold " + Version + ": a CNI meta-plugin for Kubernetes" }
 
 // serveCall runs one CNI call from the shim and returns what the binary would
-// have printed, and its exit code.
+// have printed, and its exit code. ctx is the call's base context: the daemon
+// cancels it when the shim hangs up or the daemon shuts down (nil:
+// Background). info, when not nil, learns the call's callTimeout.
 // answered is closed by the caller once the answer is delivered; status writes
 // wait for it.
-func (p *plugin) serveCall(req *shimproto.Request, answered <-chan struct{}) *shimproto.Reply {
+func (p *plugin) serveCall(ctx context.Context, info *inflight, req *shimproto.Request, answered <-chan struct{}) *shimproto.Reply {
 	var stdout strings.Builder
 	stderr := &callStderr{after: p.stderr}
 	cp := *p
+	cp.ctx, cp.info = ctx, info
 	cp.stdout, cp.stderr, cp.answered = &stdout, stderr, answered
 	rep := &shimproto.Reply{}
 	if err := cp.dispatch(req); err != nil {

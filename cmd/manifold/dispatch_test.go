@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -92,7 +93,7 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 				}
 				exit = ee.ExitCode()
 			}
-			rep := d.plugin.serveCall(&shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil)
+			rep := d.plugin.serveCall(context.Background(), nil, &shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil)
 			if rep.ExitCode != exit || !bytes.Equal(rep.Stdout, stdout.Bytes()) {
 				t.Errorf("daemon: exit %d, stdout %q\nbinary: exit %d, stdout %q", rep.ExitCode, rep.Stdout, exit, stdout.Bytes())
 			}

@@ -27,9 +27,15 @@ type plugin struct {
 	exec invoke.Exec // nil: run plugin binaries for real, through delegate.Exec
 	// hostRoot is the daemon's --host-root: delegates run chrooted into it.
 	hostRoot string
-	stdout   io.Writer
-	stderr   io.Writer
-	now      func() time.Time
+	// node is the daemon's node paths (--bin-dir, ...), which override the
+	// request's config; nil in the binary, whose config is the runtime's own.
+	node *nodePaths
+	// info is a daemon call's entry among the calls in flight: begin tells
+	// it the call's callTimeout, for the liveness probe.
+	info   *inflight
+	stdout io.Writer
+	stderr io.Writer
+	now    func() time.Time
 	// newAPI builds the API client; tests replace it.
 	newAPI func(conf *netconf.Config) (podAPI, error)
 	// logs is the daemon's shared log files; nil in the binary, where each
@@ -92,6 +98,12 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.node != nil {
+		if err := p.node.apply(args.StdinData, conf); err != nil {
+			return nil, err
+		}
+	}
+	p.info.setTimeout(conf.CallTimeout)
 	c := &call{cmd: cmd, args: args, conf: conf}
 	c.ctx, c.cancel = p.callContext(conf.CallTimeout)
 	c.log, c.closeLog = newLogger(conf, p.stderr, p.logs)
@@ -118,8 +130,13 @@ func (p *plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr}
 		ex = c.exec
 	}
+	cniPath := args.Path
+	if p.node != nil {
+		// The daemon runs delegates from its own --bin-dir only.
+		cniPath = ""
+	}
 	c.runner = &delegate.Runner{
-		CNI:                delegate.NewCNI(conf.BinDir, args.Path, conf.CNIDir, ex),
+		CNI:                delegate.NewCNI(conf.BinDir, cniPath, conf.CNIDir, ex),
 		Store:              &scratch.Store{Dir: conf.CNIDir},
 		Log:                c.log,
 		LockTimeout:        conf.LockTimeout,
