@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -81,7 +82,14 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 	if err := os.Symlink(shim, filepath.Join(a.dir, "manifold-shim")); err != nil {
 		return nil, err
 	}
-	daemon, err := testenv.RunDaemon(manifold, a.socket, os.Stderr)
+	// The daemon's flags fix the config's node paths (thickConfList's keys).
+	// A -baseline daemon that predates those flags takes the paths from
+	// each config instead, and would refuse the flags.
+	var flags []string
+	if daemonTakesNodeFlags(manifold) {
+		flags = []string{"--bin-dir", a.dir, "--cni-dir", b.cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}
+	}
+	daemon, err := testenv.RunDaemon(manifold, a.socket, os.Stderr, flags...)
 	if err != nil {
 		return nil, err
 	}
@@ -152,4 +160,11 @@ func parseProcCPU(stat string) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
+// daemonTakesNodeFlags reports whether `manifold daemon` of this binary has
+// the node path flags (--bin-dir and the others), from its usage text.
+func daemonTakesNodeFlags(manifold string) bool {
+	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
+	return strings.Contains(string(out), "-bin-dir")
 }

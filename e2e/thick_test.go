@@ -55,7 +55,9 @@ func newThickEnv(t *testing.T, fallback, daemon bool) *thickEnv {
 	e.thick = testenv.NewRuntime(t, dir)
 	if daemon {
 		// Started before any sandbox, so it is stopped after their DELs.
-		e.daemon = testenv.StartDaemon(t, testenv.Manifold(t))
+		// Its flags fix the node paths of thickConf's config.
+		e.daemon = testenv.StartDaemon(t, testenv.Manifold(t), "--bin-dir", e.thick.BinDir, "--cni-dir", e.cniDir,
+			"--conf-dir", e.confDir, "--kubeconfig", e.cp.KubeconfigPath, "--log-file", e.logFile)
 		e.socket = e.daemon.Socket
 	} else {
 		e.socket = filepath.Join(t.TempDir(), "run", "manifold.sock")
@@ -257,8 +259,9 @@ func TestThickRefusedAnnotation(t *testing.T) {
 // attached before the read said so.
 func TestThickRememberedNAD(t *testing.T) {
 	e := newThickEnv(t, false, true)
-	logFile := filepath.Join(t.TempDir(), "manifold.log")
-	conf := e.thickConf(map[string]any{"logFile": logFile, "logLevel": "info"})
+	// The daemon's --log-file is the env's logFile.
+	logFile := e.logFile
+	conf := e.thickConf(map[string]any{"logLevel": "info"})
 	oldNet, newNet := nextSubnet(), nextSubnet()
 	e.nad(e.ns, "mv", e.macvlanConf("", oldNet))
 	attach := func(s subnet) {

@@ -1,11 +1,13 @@
 package flow
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -46,13 +48,16 @@ var cniEnv = []envVar{
 func About() string { return "manifold " + Version + ": a CNI meta-plugin for Kubernetes" }
 
 // ServeCall runs one CNI call from the shim and returns what the binary would
-// have printed, and its exit code.
+// have printed, and its exit code. ctx is the call's base context: the daemon
+// cancels it when the shim hangs up or the daemon shuts down (nil:
+// Background). onTimeout, when not nil, learns the call's callTimeout.
 // answered is closed by the caller once the answer is delivered; status writes
 // wait for it.
-func (p *Plugin) ServeCall(req *shimproto.Request, answered <-chan struct{}) *shimproto.Reply {
+func (p *Plugin) ServeCall(ctx context.Context, req *shimproto.Request, answered <-chan struct{}, onTimeout func(time.Duration)) *shimproto.Reply {
 	var stdout strings.Builder
 	stderr := &callStderr{after: p.stderr}
 	cp := *p
+	cp.ctx, cp.onTimeout = ctx, onTimeout
 	cp.stdout, cp.stderr, cp.answered = &stdout, stderr, answered
 	rep := &shimproto.Reply{}
 	if err := cp.dispatch(req); err != nil {

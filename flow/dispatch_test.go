@@ -2,6 +2,7 @@ package flow
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -76,7 +77,7 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 	head, _, _ := strings.Cut(string(aboutOut), ":")
 	defer func(v string) { Version = v }(Version)
 	Version = strings.TrimPrefix(head, "manifold ")
-	d := NewShared("", nil)
+	d := NewShared("", nil, nil)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(bin)
@@ -92,7 +93,7 @@ func TestDaemonAnswersLikeBinary(t *testing.T) {
 				}
 				exit = ee.ExitCode()
 			}
-			rep := d.ServeCall(&shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil)
+			rep := d.ServeCall(context.Background(), &shimproto.Request{Env: tc.env, Stdin: []byte(tc.stdin)}, nil, nil)
 			if rep.ExitCode != exit || !bytes.Equal(rep.Stdout, stdout.Bytes()) {
 				t.Errorf("daemon: exit %d, stdout %q\nbinary: exit %d, stdout %q", rep.ExitCode, rep.Stdout, exit, stdout.Bytes())
 			}

@@ -32,9 +32,15 @@ type Plugin struct {
 	exec invoke.Exec // nil: run plugin binaries for real, through delegate.Exec
 	// hostRoot is the daemon's --host-root: delegates run chrooted into it.
 	hostRoot string
-	stdout   io.Writer
-	stderr   io.Writer
-	now      func() time.Time
+	// node is the daemon's node paths (--bin-dir, ...), which override the
+	// request's config; nil in the binary, whose config is the runtime's own.
+	node *NodePaths
+	// onTimeout, in a daemon call, learns the call's callTimeout once its
+	// config is parsed, for the liveness probe; nil otherwise.
+	onTimeout func(time.Duration)
+	stdout    io.Writer
+	stderr    io.Writer
+	now       func() time.Time
 	// newAPI builds the API client; tests replace it.
 	newAPI func(conf *netconf.Config) (podAPI, error)
 	// logs is the daemon's shared log files; nil in the binary, where each
@@ -63,10 +69,12 @@ func New() *Plugin {
 // NewShared is the plugin of the node daemon, shared by every call it
 // serves: log files stay open, status writes run after the answer, NADs are
 // remembered, and newAPI hands out the daemon's long-lived API clients.
-// Delegates run chrooted into hostRoot when it is set.
-func NewShared(hostRoot string, newAPI func(*netconf.Config) (API, error)) *Plugin {
+// Delegates run chrooted into hostRoot when it is set; node, when set, fixes
+// the node-level keys of every call's config.
+func NewShared(hostRoot string, node *NodePaths, newAPI func(*netconf.Config) (API, error)) *Plugin {
 	p := New()
 	p.hostRoot = hostRoot
+	p.node = node
 	p.newAPI = newAPI
 	p.logs = &logFiles{}
 	p.reports = &reports{}
@@ -79,8 +87,9 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.cmdAdd, Del: p.cmdDel, Check: p.cmdCheck, Status: p.cmdStatus, GC: p.cmdGC}
 }
 
-// Drain waits for the status writes that the daemon's calls left running.
-func (p *Plugin) Drain() { p.reports.drain() }
+// DrainWithin waits, at most bound, for the status writes that the daemon's
+// calls left running. It reports whether all were done.
+func (p *Plugin) DrainWithin(bound time.Duration) bool { return p.reports.drainWithin(bound) }
 
 // NewAPIClient is the API client of one call: a new connection per client.
 func NewAPIClient(conf *netconf.Config) (API, error) {
@@ -126,6 +135,14 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.node != nil {
+		if err := p.node.apply(args.StdinData, conf); err != nil {
+			return nil, err
+		}
+	}
+	if p.onTimeout != nil {
+		p.onTimeout(conf.CallTimeout)
+	}
 	c := &call{cmd: cmd, args: args, conf: conf, start: time.Now()}
 	c.ctx, c.cancel = p.callContext(conf.CallTimeout)
 	c.log, c.closeLog = newLogger(conf, p.stderr, p.logs)
@@ -152,8 +169,13 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr}
 		ex = c.exec
 	}
+	cniPath := args.Path
+	if p.node != nil {
+		// The daemon runs delegates from its own --bin-dir only.
+		cniPath = ""
+	}
 	c.runner = &delegate.Runner{
-		CNI:                delegate.NewCNI(conf.BinDir, args.Path, conf.CNIDir, ex),
+		CNI:                delegate.NewCNI(conf.BinDir, cniPath, conf.CNIDir, ex),
 		Store:              &scratch.Store{Dir: conf.CNIDir},
 		Log:                c.log,
 		LockTimeout:        conf.LockTimeout,

@@ -75,6 +75,24 @@ func (r *reports) wait(containerID string, bound time.Duration) bool {
 // drain waits for every write in flight.
 func (r *reports) drain() { r.wg.Wait() }
 
+// drainWithin is drain for at most bound, at the daemon's exit. It reports
+// whether every write was done.
+func (r *reports) drainWithin(bound time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // callStderr is a daemon call's stderr. Until the answer is sent, it collects
 // what the call logs, for the shim to pass to the runtime as the binary's
 // stderr would be; after, a background status write still logs, and that goes

@@ -80,7 +80,7 @@ func TestDaemonAnswersBeforeStatus(t *testing.T) {
 		patched: make(chan struct{}),
 	}
 	api.pod.Namespace, api.pod.Name, api.pod.UID = "default", "p1", "u1"
-	p := NewShared("", nil)
+	p := NewShared("", nil, nil)
 	p.newAPI = func(*netconf.Config) (podAPI, error) { return api, nil }
 	dbg := filepath.Join(t.TempDir(), "noop.json")
 	if err := (&debug.Debug{ReportResult: `{"cniVersion":"1.0.0","ips":[{"address":"10.9.0.9/24"}]}`}).WriteDebug(dbg); err != nil {

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -174,8 +175,10 @@ func TestDaemonSetThick(t *testing.T) {
 		}
 	}
 
-	// The daemon is `manifold daemon --socket S --host-root R`, S being the
-	// config's socket.
+	// The daemon is `manifold daemon --socket S --host-root R` and its node
+	// paths, S being the config's socket. The flags and their defaults are
+	// the daemon's (cmd/manifold/daemon.go, nodepaths.go).
+	var node map[string]*string
 	daemonFlags := func(pod string) (socket, hostRoot string) {
 		cmd := expandArgs(t, daemon, pod)
 		if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
@@ -185,6 +188,15 @@ func TestDaemonSetThick(t *testing.T) {
 		fs.SetOutput(io.Discard)
 		fs.StringVar(&socket, "socket", shimproto.DefaultSocket, "")
 		fs.StringVar(&hostRoot, "host-root", "", "")
+		fs.Int("max-calls", 128, "")
+		fs.Duration("shutdown-timeout", 20*time.Second, "")
+		node = map[string]*string{
+			"binDir":     fs.String("bin-dir", netconf.DefaultBinDir, ""),
+			"cniDir":     fs.String("cni-dir", netconf.DefaultCNIDir, ""),
+			"confDir":    fs.String("conf-dir", netconf.DefaultConfDir, ""),
+			"kubeconfig": fs.String("kubeconfig", "", ""),
+			"logFile":    fs.String("log-file", "", ""),
+		}
 		if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
 			t.Fatalf("daemon args %q: %v (stray: %q)", cmd[2:], err, fs.Args())
 		}
@@ -251,6 +263,12 @@ func TestDaemonSetThick(t *testing.T) {
 	cfg, err := netconf.ParseConfig(stdin)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The daemon refuses a config whose node paths differ from its flags.
+	for key, conf := range map[string]string{"binDir": cfg.BinDir, "cniDir": cfg.CNIDir, "confDir": cfg.ConfDir, "kubeconfig": cfg.Kubeconfig, "logFile": cfg.LogFile} {
+		if *node[key] != conf {
+			t.Errorf("the installer's config has %s %q, the daemon's flag says %q: the daemon would refuse every call", key, conf, *node[key])
+		}
 	}
 	paths := []struct {
 		key, path string

@@ -22,11 +22,16 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // ErrNotFound is returned (wrapped) when the object does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrUnauthorized is returned (wrapped) when the API server refused the
+// client's credentials (HTTP 401): a token that expired or was rotated.
+var ErrUnauthorized = errors.New("credentials refused")
 
 // ErrUnavailable is returned (wrapped) when the API server could not be reached or
 // did not answer in time; callers map it to CNI code 11 (try again later).
@@ -54,6 +59,10 @@ type Config struct {
 	// ProxyURL is the proxy for every request; nil means the environment's
 	// HTTPS_PROXY and NO_PROXY.
 	ProxyURL *url.URL
+	// Sources are the files the config was read from (the kubeconfig, its
+	// token, CA and client certificate files; the in-cluster token and CA).
+	// A long-lived caller rebuilds its client when one of them changes.
+	Sources []string
 }
 
 // Client talks to one API server.
@@ -62,6 +71,10 @@ type Client struct {
 	http    *http.Client
 	timeout time.Duration
 	auth    func(*http.Request)
+	sources []string
+	// unauthorized is set by the first 401 answer: the credentials this
+	// client holds were refused.
+	unauthorized atomic.Bool
 }
 
 // Configured reports whether manifold should use an API server at all: a
@@ -132,7 +145,7 @@ func NewForConfig(cfg *Config, timeout time.Duration) (*Client, error) {
 		MaxConnsPerHost:     1,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	c := &Client{base: base, http: &http.Client{Transport: transport, Timeout: timeout}, timeout: timeout, auth: func(*http.Request) {}}
+	c := &Client{base: base, http: &http.Client{Transport: transport, Timeout: timeout}, timeout: timeout, auth: func(*http.Request) {}, sources: cfg.Sources}
 	switch {
 	case cfg.BearerToken != "":
 		header := "Bearer " + cfg.BearerToken
@@ -171,6 +184,9 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 		return fmt.Errorf("%s %s: %w: read answer: %v", method, path, ErrUnavailable, err)
 	}
 	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		c.unauthorized.Store(true)
+		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnauthorized, &statusError{resp.StatusCode, statusMessage(data)})
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
@@ -212,3 +228,11 @@ func statusMessage(data []byte) string {
 // CloseIdleConnections closes the client's idle connections. A long-lived
 // caller that replaces a client calls it on the old one.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Sources are the files the client's config was read from (Config.Sources).
+func (c *Client) Sources() []string { return c.sources }
+
+// Unauthorized reports whether the API server has answered this client with
+// 401: its credentials are stale, and a long-lived caller should build a new
+// client from the files.
+func (c *Client) Unauthorized() bool { return c.unauthorized.Load() }

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log"
 	"math/big"
@@ -17,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -270,5 +272,103 @@ func TestConcurrentRequestsShareOneConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+// TestKubeconfigRefusesInsecureWithCA: insecure-skip-tls-verify with a CA is
+// refused, as client-go refuses it, rather than the CA silently ignored.
+func TestKubeconfigRefusesInsecureWithCA(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "ca.crt"), string(selfSignedCA(t)))
+	for name, ca := range map[string]string{
+		"file": "certificate-authority: ca.crt",
+		"data": "certificate-authority-data: " + base64.StdEncoding.EncodeToString(selfSignedCA(t)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			kc := filepath.Join(dir, "kc-"+name)
+			writeFile(t, kc, `current-context: c
+contexts: [{name: c, context: {cluster: k}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true, `+ca+`}}]
+`)
+			_, err := New(kc, time.Second)
+			if err == nil || !strings.Contains(err.Error(), "insecure-skip-tls-verify") || !strings.Contains(err.Error(), "certificate-authority") {
+				t.Fatalf("New = %v, want an error naming insecure-skip-tls-verify and certificate-authority", err)
+			}
+		})
+	}
+	// Either one alone is fine.
+	kc := filepath.Join(dir, "kc-insecure")
+	writeFile(t, kc, `current-context: c
+contexts: [{name: c, context: {cluster: k}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+`)
+	if _, err := New(kc, time.Second); err != nil {
+		t.Fatalf("insecure-skip-tls-verify alone: %v", err)
+	}
+}
+
+// TestClientSources: a client knows the files it was built from, so that a
+// long-lived caller can rebuild it when the token or the CA is rotated.
+func TestClientSources(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "ca.crt"), string(selfSignedCA(t)))
+	writeFile(t, filepath.Join(dir, "token"), "tok\n")
+	kc := filepath.Join(dir, "kc")
+	writeFile(t, kc, `current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:1", certificate-authority: ca.crt}}]
+users: [{name: u, user: {tokenFile: token}}]
+`)
+	c, err := New(kc, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{kc, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")}
+	if got := c.Sources(); !slices.Equal(got, want) {
+		t.Errorf("Sources = %q, want %q", got, want)
+	}
+
+	oldToken, oldCA := inClusterTokenFile, inClusterCAFile
+	t.Cleanup(func() { inClusterTokenFile, inClusterCAFile = oldToken, oldCA })
+	inClusterTokenFile, inClusterCAFile = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "1")
+	c, err = New("", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Sources(); !slices.Equal(got, []string{inClusterTokenFile, inClusterCAFile}) {
+		t.Errorf("in-cluster Sources = %q, want the token and the CA", got)
+	}
+}
+
+// TestUnauthorized: a 401 is reported as ErrUnauthorized, and the client
+// remembers it, so that a long-lived caller replaces it; other failures do not.
+func TestUnauthorized(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer good" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"kind":"Status","message":"Unauthorized"}`)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		token string
+		want  error
+		stale bool
+	}{{"good", ErrNotFound, false}, {"expired", ErrUnauthorized, true}} {
+		c, err := NewForConfig(&Config{Host: srv.URL, BearerToken: tc.token}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.GetPod(context.Background(), "ns", "p")
+		if !errors.Is(err, tc.want) {
+			t.Errorf("token %s: GetPod = %v, want %v", tc.token, err, tc.want)
+		}
+		if c.Unauthorized() != tc.stale {
+			t.Errorf("token %s: Unauthorized = %v, want %v", tc.token, c.Unauthorized(), tc.stale)
+		}
 	}
 }

@@ -82,7 +82,9 @@ func LoadKubeconfig(path string) (*Config, error) {
 		}
 		return filepath.Join(dir, p)
 	}
+	cfg := &Config{Sources: []string{path}}
 	readFile := func(what, p string) ([]byte, error) {
+		cfg.Sources = append(cfg.Sources, resolve(p))
 		b, err := os.ReadFile(resolve(p))
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: read %s: %w", path, what, err)
@@ -101,7 +103,6 @@ func LoadKubeconfig(path string) (*Config, error) {
 	}
 	ctx := kf.Contexts[ctxIdx].Context
 
-	cfg := &Config{}
 	found := false
 	for _, c := range kf.Clusters {
 		if c.Name != ctx.Cluster {
@@ -111,6 +112,11 @@ func LoadKubeconfig(path string) (*Config, error) {
 		cl := c.Cluster
 		if cl.Server == "" {
 			return nil, fmt.Errorf("kubeconfig %s: cluster %q has no server", path, c.Name)
+		}
+		// client-go refuses this pair too: the CA would be silently unused,
+		// and the server not verified at all.
+		if cl.InsecureSkipTLSVerify && (cl.CertificateAuthority != "" || len(cl.CertificateAuthorityData) > 0) {
+			return nil, fmt.Errorf("kubeconfig %s: cluster %q sets insecure-skip-tls-verify: true together with certificate-authority or certificate-authority-data; the CA would be ignored: remove one of them", path, c.Name)
 		}
 		cfg.Host, cfg.Insecure, cfg.ServerName = cl.Server, cl.InsecureSkipTLSVerify, cl.TLSServerName
 		cfg.CAData = cl.CertificateAuthorityData
@@ -197,7 +203,8 @@ func InClusterConfig() (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read service account token: %w", err)
 	}
-	cfg := &Config{Host: "https://" + net.JoinHostPort(host, port), BearerToken: strings.TrimSpace(string(token))}
+	cfg := &Config{Host: "https://" + net.JoinHostPort(host, port), BearerToken: strings.TrimSpace(string(token)),
+		Sources: []string{inClusterTokenFile, inClusterCAFile}}
 	if ca, err := os.ReadFile(inClusterCAFile); err == nil {
 		cfg.CAData = ca
 	}

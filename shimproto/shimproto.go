@@ -181,9 +181,32 @@ func getField(r io.Reader, limit int, what string) ([]byte, error) {
 	if int64(n) > int64(limit) {
 		return nil, errors.New("read frame: " + what + " of " + itoa(n) + " bytes, more than " + strconv.Itoa(limit))
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	b, err := readN(r, int(n))
+	if err != nil {
 		return nil, wrap("read frame: "+what+": ", truncated(err))
+	}
+	return b, nil
+}
+
+// firstChunk is what readN allocates before any byte of a field arrived.
+const firstChunk = 4 << 10
+
+// readN reads exactly n bytes. The buffer grows with what arrives (doubling,
+// up to n), not with what the frame announced: a frame that claims 16 MiB and
+// sends 10 bytes costs a few KiB, not 16 MiB, and a whole field at most 2n.
+func readN(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, firstChunk))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			grown := make([]byte, len(b), min(2*cap(b), n))
+			copy(grown, b)
+			b = grown
+		}
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil && len(b) < n {
+			return nil, err
+		}
 	}
 	return b, nil
 }

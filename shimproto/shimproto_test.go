@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestRequestRoundTrip(t *testing.T) {
@@ -116,4 +118,40 @@ func FuzzReadRequest(f *testing.F) {
 			t.Fatalf("read %q, wrote back %q", in, out.Bytes())
 		}
 	})
+}
+
+// TestShortFrameAllocatesWhatArrived: a frame that announces MaxStdin bytes
+// of stdin and sends 10 must not make the reader allocate MaxStdin bytes; a
+// whole field still reads back intact.
+func TestShortFrameAllocatesWhatArrived(t *testing.T) {
+	var frame bytes.Buffer
+	frame.Write(requestMagic)
+	binary.Write(&frame, binary.BigEndian, uint32(0))
+	binary.Write(&frame, binary.BigEndian, uint32(MaxStdin))
+	frame.WriteString("0123456789")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ReadRequest(bytes.NewReader(frame.Bytes()))
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("ReadRequest of a cut frame = %v, want an unexpected EOF", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<10 {
+		t.Errorf("reading a frame that announced %d bytes and sent 10 allocated %d bytes", MaxStdin, got)
+	}
+
+	// A field that does arrive whole, in small reads, is read whole.
+	want := &Request{Env: []string{"CNI_COMMAND=ADD"}, Stdin: bytes.Repeat([]byte("xyz"), 100000)}
+	var buf bytes.Buffer
+	if err := WriteRequest(&buf, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRequest(iotest.OneByteReader(&buf))
+	if err != nil {
+		t.Fatalf("ReadRequest one byte at a time: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadRequest one byte at a time: stdin of %d bytes, want %d", len(got.Stdin), len(want.Stdin))
+	}
 }

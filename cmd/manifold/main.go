@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -25,7 +26,7 @@ func main() {
 	// The runtime runs a CNI plugin with no arguments; thick mode's node
 	// daemon is this binary run as "manifold daemon".
 	if len(os.Args) > 1 && os.Args[1] == "daemon" {
-		os.Exit(runDaemon(os.Args[2:]))
+		os.Exit(daemon.Run(os.Args[2:]))
 	}
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())

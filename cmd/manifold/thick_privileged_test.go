@@ -32,6 +32,18 @@ func newThickNode(t *testing.T, fallback bool) *node {
 	return n
 }
 
+// daemonFlags are the daemon's node paths that match manifoldConf's: the
+// daemon refuses a config whose binDir, cniDir or confDir differ from them.
+func (n *node) daemonFlags() []string {
+	return []string{"--bin-dir", n.rt.BinDir, "--cni-dir", n.cniDir, "--conf-dir", filepath.Join(n.cniDir, "net.d")}
+}
+
+// startDaemon starts a daemon that serves n's configs, with further flags.
+func (n *node) startDaemon(t *testing.T, flags ...string) *testenv.Daemon {
+	t.Helper()
+	return testenv.StartDaemon(t, testenv.Manifold(t), append(n.daemonFlags(), flags...)...)
+}
+
 // thickConf is manifoldConf with manifold-shim as the type and the daemon's socket.
 func (n *node) thickConf(t *testing.T, socket string, delegates ...string) []byte {
 	t.Helper()
@@ -79,7 +91,7 @@ func TestThickAddDel(t *testing.T) {
 
 func thickAddDel(t *testing.T, flags []string) {
 	n := newThickNode(t, false)
-	d := testenv.StartDaemon(t, testenv.Manifold(t), flags...)
+	d := n.startDaemon(t, flags...)
 	ctx := context.Background()
 	conf := testenv.Conf(t, n.thickConf(t, d.Socket, n.threeDelegates(t, "202")...))
 	pod, netns := newPod(t)
@@ -117,7 +129,7 @@ func TestThickFallback(t *testing.T) {
 			n := newThickNode(t, true)
 			socket := filepath.Join(t.TempDir(), "manifold.sock")
 			if state == "stale socket" {
-				d := testenv.StartDaemon(t, testenv.Manifold(t))
+				d := n.startDaemon(t)
 				d.Kill(t)
 				if _, err := os.Stat(d.Socket); err != nil {
 					t.Fatalf("a killed daemon should leave its socket file: %v", err)
@@ -162,7 +174,7 @@ func TestThickNoFallbackBinary(t *testing.T) {
 // binary (the daemon is gone) and removes all of it.
 func TestThickDaemonKilledMidAdd(t *testing.T) {
 	n := newThickNode(t, true)
-	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	d := n.startDaemon(t)
 	dir := t.TempDir()
 	reached, release := filepath.Join(dir, "reached"), filepath.Join(dir, "release")
 	delegates := n.threeDelegates(t, "205")
@@ -208,7 +220,7 @@ func TestThickDaemonKilledMidAdd(t *testing.T) {
 // TestThickConcurrentPods: 20 pods attach and detach at once through one daemon.
 func TestThickConcurrentPods(t *testing.T) {
 	n := newThickNode(t, false)
-	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	d := n.startDaemon(t)
 	parent := testenv.VethParent(t)
 	conf := testenv.Conf(t, n.thickConf(t, d.Socket,
 		n.bridgeConf("1.0.0", "10.206.0.0/16"),
@@ -226,8 +238,8 @@ func TestThickConcurrentPods(t *testing.T) {
 // so only a daemon can serve them).
 func TestDaemonHandOver(t *testing.T) {
 	n := newThickNode(t, false)
-	old := testenv.StartDaemon(t, testenv.Manifold(t))
-	next := exec.Command(testenv.Manifold(t), "daemon", "--socket", old.Socket)
+	old := n.startDaemon(t)
+	next := exec.Command(testenv.Manifold(t), append([]string{"daemon", "--socket", old.Socket}, n.daemonFlags()...)...)
 	nextLog := &testenv.SyncBuffer{}
 	next.Stderr = nextLog
 	if err := next.Start(); err != nil {
@@ -286,7 +298,7 @@ func TestDaemonHandOver(t *testing.T) {
 // memfd).
 func TestDaemonSurvivesBadFrames(t *testing.T) {
 	n := newThickNode(t, true)
-	d := testenv.StartDaemon(t, testenv.Manifold(t))
+	d := n.startDaemon(t)
 	for _, frame := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
 		[]byte("MFQ1\x00\x00\x00\x01\x00\x00"),

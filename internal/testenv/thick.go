@@ -192,3 +192,21 @@ func (d *Daemon) Exited() bool {
 
 // Pid is the daemon's process ID.
 func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// DaemonFlags are the flags that make `manifold daemon` serve a config whose
+// manifold plugin has these keys: the daemon fixes binDir, cniDir, confDir,
+// kubeconfig and logFile with its own flags, and refuses a config that sets
+// them otherwise (docs/security.md). Keys that are not set, or not strings,
+// give no flag, so the daemon's default applies.
+func DaemonFlags(plugin map[string]any) []string {
+	var flags []string
+	for _, k := range []struct{ key, flag string }{
+		{"binDir", "--bin-dir"}, {"cniDir", "--cni-dir"}, {"confDir", "--conf-dir"},
+		{"kubeconfig", "--kubeconfig"}, {"logFile", "--log-file"},
+	} {
+		if v, _ := plugin[k.key].(string); v != "" {
+			flags = append(flags, k.flag, v)
+		}
+	}
+	return flags
+}

@@ -1,0 +1,160 @@
+// Package daemon is `manifold daemon`, thick mode's node daemon
+// (docs/thick-mode.md): the socket that manifold-shim calls, the node paths
+// that its flags fix, the calls in flight and their bounds, and the API
+// clients that calls share. Each call runs through package flow, as in the
+// binary.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/shimproto"
+)
+
+// ioTimeout bounds reading a call from the shim and writing the answer back.
+// The call itself is bounded by its callTimeout, as in the binary.
+const ioTimeout = 10 * time.Second
+
+// Defaults of the daemon's flags that bound its work.
+const (
+	defaultMaxCalls        = 128
+	defaultShutdownTimeout = 20 * time.Second
+)
+
+// Run is `manifold daemon`, the node daemon of thick mode
+// (docs/thick-mode.md). It serves the calls that manifold-shim passes over the
+// socket with the same verbs as the binary, in one long-lived process.
+func Run(args []string) int {
+	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
+	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on; its directory is made 0700, so give it a directory of its own")
+	hostRoot := fs.String("host-root", "", "the host's root filesystem as mounted in the daemon's container; delegates run chrooted into it")
+	probe := fs.Bool("probe", false, "do not serve: ask the daemon on --socket for VERSION, and exit 0 if it answers within 5s and no call is stuck (a liveness probe)")
+	maxCalls := fs.Int("max-calls", defaultMaxCalls, "calls served at once; a call beyond it waits for a slot for 5s, then gets code 11 (daemon busy)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long calls in flight may finish before they are cancelled (their delegates killed)")
+	node := &flow.NodePaths{}
+	node.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "manifold daemon: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *probe {
+		if err := probeDaemon(*socket, probeTimeout); err != nil {
+			fmt.Fprintf(os.Stderr, "manifold daemon --probe: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if *hostRoot != "" {
+		if fi, err := os.Stat(*hostRoot); err != nil || !fi.IsDir() || !filepath.IsAbs(*hostRoot) {
+			fmt.Fprintf(os.Stderr, "manifold daemon: --host-root %q must be an absolute path to a directory (%v)\n", *hostRoot, err)
+			return 2
+		}
+	}
+	if err := node.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "manifold daemon: %v\n", err)
+		return 2
+	}
+	if *maxCalls < 1 || *shutdownTimeout < 0 {
+		fmt.Fprintf(os.Stderr, "manifold daemon: --max-calls %d must be at least 1, --shutdown-timeout %s at least 0s\n", *maxCalls, *shutdownTimeout)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// Before any goroutine of ours creates a file: listenSocket sets the
+	// process's umask for a moment.
+	ln, err := takeSocket(ctx, log, *socket)
+	if err != nil {
+		log.Error("daemon failed to start", "error", err)
+		return 1
+	}
+	d := newDaemon(log, *hostRoot, node)
+	d.setMaxCalls(*maxCalls)
+	d.shutdownTimeout = *shutdownTimeout
+	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
+		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
+		"shutdownTimeout", shutdownTimeout.String(), "version", flow.Version)
+	err = d.serve(ctx, ln)
+	if !d.plugin.DrainWithin(drainTimeout) {
+		log.Warn("status writes still running at exit; their pods keep their networks but may lack network-status", "waited", drainTimeout.String())
+	}
+	if err != nil {
+		// Exit non-zero, so that the DaemonSet restarts the daemon; until
+		// then the shims run the binary.
+		log.Error("daemon stopped", "error", err)
+		return 1
+	}
+	log.Info("daemon stopped")
+	return 0
+}
+
+// probeTimeout bounds a liveness probe: connect, call and answer.
+const probeTimeout = 5 * time.Second
+
+// probeEnv marks a request as the liveness probe's. The daemon then also
+// reports calls that are stuck; a daemon that predates it ignores the entry
+// (it reads only CNI_* variables) and answers VERSION, as a probe expects.
+const probeEnv = "MANIFOLD_PROBE"
+
+// probeDaemon makes one VERSION call through the socket, as the shim would.
+// It checks that the daemon accepts, reads, dispatches and answers, and that
+// no call has outlived its bound (daemon.stuck); not the API server or the
+// delegates, whose faults are the calls' own to report.
+func probeDaemon(socket string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("unix", socket, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(timeout))
+	if err := shimproto.WriteRequest(conn, &shimproto.Request{Env: []string{"CNI_COMMAND=VERSION", probeEnv + "=1"}}); err != nil {
+		return fmt.Errorf("send VERSION to %s: %w", socket, err)
+	}
+	rep, err := shimproto.ReadReply(conn)
+	if err != nil {
+		return fmt.Errorf("answer to VERSION from %s: %w", socket, err)
+	}
+	if rep.ExitCode != 0 || !strings.Contains(string(rep.Stdout), "supportedVersions") {
+		return fmt.Errorf("answer to VERSION from %s: exit %d, %s", socket, rep.ExitCode, rep.Stdout)
+	}
+	return nil
+}
+
+// errSocketBusy is listenSocket's answer when a live daemon holds the socket.
+var errSocketBusy = errors.New("another daemon is answering there")
+
+// takeSocket listens on path. While another daemon answers there (the old pod
+// of a rolling update that starts the new pod first), it waits for it to stop:
+// the old daemon finishes its calls, and until the new one listens the shims
+// run the binary.
+func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixListener, error) {
+	for logged := false; ; logged = true {
+		ln, err := listenSocket(path)
+		if !errors.Is(err, errSocketBusy) {
+			return ln, err
+		}
+		if !logged {
+			log.Info("another daemon holds the socket; waiting for it to stop", "socket", path)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("listen on %s: stopped while %w", path, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
