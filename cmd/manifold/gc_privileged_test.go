@@ -204,3 +204,47 @@ func TestGCSameNameTwoConfigs(t *testing.T) {
 		t.Errorf("valid pod's leases after GC = %v, want 2", got)
 	}
 }
+
+// TestClusterNetworkForms: STATUS and GC reach the default network in every
+// form clusterNetwork can take without an API server: a file, a directory and
+// a name in confDir (the NAD form is in e2e, TestNodeVerbsClusterNetworkNAD).
+func TestClusterNetworkForms(t *testing.T) {
+	for _, form := range []string{"file", "dir", "name"} {
+		t.Run(form, func(t *testing.T) {
+			n := newNode(t)
+			noop, cmdLog := gcNoop(t)
+			confDir := filepath.Join(n.cniDir, "net.d")
+			dir := filepath.Join(t.TempDir(), "dir")
+			for _, d := range []string{confDir, dir} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cl := conflist("1.1.0", "cl-net", noop)
+			ref := map[string]string{"file": filepath.Join(dir, "10-cl.conflist"), "dir": dir, "name": "cl-net"}[form]
+			target := filepath.Join(dir, "10-cl.conflist")
+			if form == "name" {
+				target = filepath.Join(confDir, "10-cl.conflist")
+			}
+			if err := os.WriteFile(target, []byte(cl), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			conf := n.manifoldConf(t, "1.1.0", map[string]any{"clusterNetwork": ref})
+			if te := execVerb(t, n, "STATUS", singlePlugin(t, conf)); te != nil {
+				t.Fatalf("STATUS with clusterNetwork %s: %v", ref, te)
+			}
+			runGC(t, n, conf)
+			entries, err := debug.ReadCommandLog(cmdLog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range entries {
+				got = append(got, e.Command)
+			}
+			if strings.Join(got, ",") != "STATUS,GC" {
+				t.Errorf("calls that reached the default network = %v, want STATUS,GC", got)
+			}
+		})
+	}
+}

@@ -26,9 +26,16 @@ func (p *plugin) status(c *call) error {
 			return types.NewError(netconf.ErrPluginNotAvailable, "readiness indicator file "+f+" is missing", "")
 		}
 	}
-	atts, err := staticNetworks(c.ctx, c.conf, nil, c.pod)
+	// clusterNetwork may name a NAD, as Multus configs usually do: then it is
+	// read, once, from the API server (docs/configuration.md says what that
+	// costs when the runtime polls STATUS).
+	nads, err := p.nodeNADs(c.conf, c.conf.ClusterNetwork)
 	if err != nil {
 		return err
 	}
-	return c.runner.Status(c.ctx, &atts[0])
+	att, err := defaultNetwork(c.ctx, c.conf, nads)
+	if err != nil {
+		return err
+	}
+	return c.runner.Status(c.ctx, &att)
 }
