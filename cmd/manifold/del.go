@@ -34,13 +34,18 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 		// delete, and a DEL that fails forever would wedge the pod's removal.
 		c.log.Warn("ignoring a bad CNI environment on DEL", "error", err)
 	}
-	return c.finish(c.runner.Del(c.ctx, delegate.DelRequest{
+	req := delegate.DelRequest{
 		ContainerID: args.ContainerID,
 		NetNS:       args.Netns,
 		IfName:      args.IfName,
 		RuntimeArgs: c.cniArgs,
-		Fallback:    func(ctx context.Context) *netconf.Attachment { return p.fallbackNetwork(ctx, c) },
-	}))
+	}
+	if err == nil {
+		// With a bad environment there is no fallback: ADD would have refused
+		// it, and so would the plugins of a pod from before manifold.
+		req.Fallback = func(ctx context.Context) *netconf.Attachment { return p.fallbackNetwork(ctx, c) }
+	}
+	return c.finish(c.runner.Del(c.ctx, req))
 }
 
 // fallbackNetwork is what a DEL with neither a record nor a cache entry
