@@ -36,7 +36,7 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 	r.ExpectAdd(rec)
 	defer r.Prestart.Close()
 	if err := r.Store.Save(rec); err != nil {
-		return nil, err
+		return nil, saveError(err)
 	}
 
 	// fail undoes attachments last..0 in reverse order, removes the record
@@ -84,7 +84,7 @@ func (r *Runner) confirm(ctx context.Context, rec *scratch.Record, i int) error 
 	}
 	rec.Attachments[i] = *repl
 	if err := r.Store.Save(rec); err != nil {
-		return err
+		return saveError(err)
 	}
 	rest := make([]*netconf.Attachment, 0, len(rec.Attachments)-i)
 	for j := i; j < len(rec.Attachments); j++ {
@@ -92,6 +92,16 @@ func (r *Runner) confirm(ctx context.Context, rec *scratch.Record, i int) error 
 	}
 	r.expect("ADD", rec, rest)
 	return nil
+}
+
+// saveError gives a record that is too large to be written code 7: the pod's
+// networks' configs are too large together, and a retry cannot help. Other
+// failures to save (a full or read-only disk) keep their own error.
+func saveError(err error) error {
+	if errors.Is(err, scratch.ErrTooLarge) {
+		return netconf.Invalid("%v", err)
+	}
+	return err
 }
 
 // undoContext is the context of one delegate's DEL, in a rollback or in DEL:

@@ -19,26 +19,45 @@ type DelRequest struct {
 	// default network, which is deleted last.
 	IfName      string
 	RuntimeArgs [][2]string
+	// Fallback, when set, gives what to DEL when nothing is known about the
+	// container: no usable record and no libcni cache entry. That is a pod
+	// attached before manifold (by Multus, or while manifold's config was
+	// absent), or a second DEL. It returns the node's default network as
+	// the config names it, with IfName set, or nil when that cannot be
+	// resolved. The CNI spec requires DEL to be idempotent, so a DEL of a
+	// network that holds nothing for the container is safe.
+	Fallback func(ctx context.Context) *netconf.Attachment
 }
 
 // Del detaches everything attached to a container, in reverse order, and keeps
 // going past failures so one broken delegate cannot strand the others.
 //
-// It works from the scratch record; with no record, or a damaged one, it works from
-// the libcni cache of the delegates' results, which libcni writes after every
-// successful ADD of a delegate. With neither, nothing is known to be attached and
-// DEL succeeds, so a second DEL succeeds too.
+// It works from the scratch record; with no record, or a damaged one, or one of
+// a format version this manifold cannot read, it works from the libcni cache of
+// the delegates' results, which libcni writes after every successful ADD of a
+// delegate. With neither, it DELs what req.Fallback gives (the default
+// network), or nothing.
 //
 // It returns an error only when a delegate's DEL failed: a retry by the runtime can
 // then help, because the failed delegate's cache entry survives (libcni removes it
-// only on success), and with retryDeleteOnError the record survives too.
+// only on success), and with retryDeleteOnError the record survives too. A
+// record of an unknown version survives such a failure too: a manifold of its
+// version can still read it.
 func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	l, err := r.lock(ctx, req.ContainerID)
 	if err != nil {
 		return err
 	}
 	rec, loadErr := r.Store.Load(req.ContainerID)
-	if loadErr != nil {
+	unknownVersion := errors.Is(loadErr, scratch.ErrUnknownVersion)
+	switch {
+	case unknownVersion:
+		// Written by another manifold (an upgrade rolled back, say). The cache
+		// holds every delegate whose ADD succeeded; one whose ADD did not
+		// finish is in the record only, which this manifold cannot read.
+		r.Log.Warn("scratch record is of a format version this manifold cannot read; deleting every attachment in the libcni cache, then the record", "error", loadErr)
+		rec = nil
+	case loadErr != nil:
 		r.Log.Warn("scratch record unusable, deleting from the libcni cache", "error", loadErr)
 		rec = nil
 	}
@@ -62,6 +81,12 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	// Anything the cache knows that the record does not (a damaged record, or a
 	// record that is missing) is deleted too, after the recorded ones.
 	atts = append(missingFrom(atts, cached), atts...)
+	if len(atts) == 0 && req.Fallback != nil {
+		if att := req.Fallback(ctx); att != nil {
+			r.Log.Info("nothing recorded or cached for the container; deleting the default network as the config names it", "network", att.DisplayName())
+			atts = []netconf.Attachment{*att}
+		}
+	}
 
 	// In reverse order of attachment.
 	order := make([]*netconf.Attachment, 0, len(atts))
@@ -76,7 +101,8 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 && r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0 {
+	keep := r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0
+	if len(errs) > 0 && (keep || unknownVersion) {
 		l.Unlock(false)
 		return errors.Join(errs...)
 	}

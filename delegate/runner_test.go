@@ -170,3 +170,22 @@ func TestDefaultRouteConflictsAreRefused(t *testing.T) {
 		t.Errorf("bad gateway: %v, want code 7", err)
 	}
 }
+
+// TestAddRefusesOversizedRecord: a pod whose networks' configs make a record
+// larger than scratch.MaxRecordBytes is refused with code 7 before any delegate
+// runs, instead of being attached under a record that could not be read back.
+func TestAddRefusesOversizedRecord(t *testing.T) {
+	f := &fakeCNI{}
+	r := newRunner(t, f)
+	rec := record("big")
+	big := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"b","plugins":[{"type":"x","pad":%q}]}`, strings.Repeat("p", scratch.MaxRecordBytes))
+	rec.Attachments[1].Config = []byte(big)
+	_, err := r.Add(context.Background(), rec)
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != 7 || !strings.Contains(te.Msg, "big") || !strings.Contains(te.Msg, "too large") {
+		t.Fatalf("Add of an oversized record = %v, want code 7 naming the container and the size", err)
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("delegates ran for a record that was not saved: %v", f.calls)
+	}
+}

@@ -336,3 +336,24 @@ func TestRuntimePodAnnotationsReadsAtOnce(t *testing.T) {
 		t.Errorf("reads %v, want each NAD once", api.reads())
 	}
 }
+
+// TestStatusWithoutAPIServer: with clusterNetwork naming a NAD, STATUS reads
+// it. An API server that does not answer leaves STATUS to the readiness file
+// (no error: the node's network is not "not ready" for it), while a NAD that
+// is missing fails STATUS with code 7.
+func TestStatusWithoutAPIServer(t *testing.T) {
+	down := &fakeAPI{nadErrs: map[string]error{"kube-system/cluster-net": fmt.Errorf("get NAD: %w", k8sclient.ErrUnavailable)}}
+	p, c := apiCall(t, down, map[string]any{"clusterNetwork": "cluster-net", "kubeconfig": "/etc/kubeconfig"})
+	c.ctx = context.Background()
+	if err := p.status(c); err != nil {
+		t.Errorf("STATUS with the API server away: %v, want success from the readiness file alone", err)
+	}
+	if got := down.reads(); len(got) != 1 {
+		t.Errorf("NAD reads %v, want the one of kube-system/cluster-net", got)
+	}
+	p, c = apiCall(t, &fakeAPI{}, map[string]any{"clusterNetwork": "cluster-net", "kubeconfig": "/etc/kubeconfig"})
+	c.ctx = context.Background()
+	if err := p.status(c); netconf.Code(err) != 7 || !strings.Contains(err.Error(), "cluster-net") {
+		t.Errorf("STATUS with the NAD missing: %v, want code 7 naming it", err)
+	}
+}

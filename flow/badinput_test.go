@@ -258,7 +258,11 @@ func TestDelToleratesBadEnvironment(t *testing.T) {
 	conf := testConf(t, nil)
 	// DEL does not need the pod's annotations, so a bad value from the runtime
 	// must not stop it.
-	badAnnotations := testConf(t, map[string]any{"runtimeConfig": map[string]any{netconf.CapPodAnnotations: []any{1}}})
+	// With nothing recorded, DEL falls back to the default network as the
+	// config names it; here clusterNetwork names a NAD that cannot be read (the
+	// kubeconfig is absent), so that DEL is skipped with a warning, and the
+	// delegate that must not run does not.
+	badAnnotations := testConf(t, map[string]any{"runtimeConfig": map[string]any{netconf.CapPodAnnotations: []any{1}}, "clusterNetwork": "unreadable-nad"})
 	for name, env := range map[string][]string{
 		"reserved container ID":                {"CNI_CONTAINERID=results", "CNI_IFNAME=eth0"},
 		"dotted container ID":                  {"CNI_CONTAINERID=a..b", "CNI_IFNAME=eth0"},

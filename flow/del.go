@@ -1,17 +1,21 @@
 package flow
 
 import (
+	"context"
 	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/manifold-cni/manifold/delegate"
+	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/scratch"
 )
 
-// cmdDel never talks to the API server and never waits for the readiness file:
-// everything it needs is in the scratch record or the libcni cache, so pod
-// deletion works when the API server, the pod or the netns are gone.
+// cmdDel never waits for the readiness file, and needs nothing but the scratch
+// record or the libcni cache, so pod deletion works when the API server, the
+// pod or the netns are gone. Only a DEL that finds neither falls back to the
+// default network as the config names it (fallbackNetwork), which may read one
+// NAD.
 func (p *Plugin) cmdDel(args *skel.CmdArgs) error {
 	c, err := p.begin("DEL", args)
 	if c == nil {
@@ -30,10 +34,43 @@ func (p *Plugin) cmdDel(args *skel.CmdArgs) error {
 		// delete, and a DEL that fails forever would wedge the pod's removal.
 		c.log.Warn("ignoring a bad CNI environment on DEL", "error", err)
 	}
-	return c.finish(c.runner.Del(c.ctx, delegate.DelRequest{
+	req := delegate.DelRequest{
 		ContainerID: args.ContainerID,
 		NetNS:       args.Netns,
 		IfName:      args.IfName,
 		RuntimeArgs: c.cniArgs,
-	}))
+	}
+	if err == nil {
+		// With a bad environment there is no fallback: ADD would have refused
+		// it, and so would the plugins of a pod from before manifold.
+		req.Fallback = func(ctx context.Context) *netconf.Attachment { return p.fallbackNetwork(ctx, c) }
+	}
+	return c.finish(c.runner.Del(c.ctx, req))
+}
+
+// fallbackNetwork is what a DEL with neither a record nor a cache entry
+// deletes: the default network (clusterNetwork or delegates[0]) resolved as
+// for ADD, but without the pod's annotations, with CNI_IFNAME and the
+// runtime's capability args. A pod attached before manifold (by Multus, or
+// while manifold's config was absent) would otherwise leak its default
+// network's address. When it cannot be resolved (clusterNetwork names a NAD
+// and the API server cannot be reached, say), DEL answers success with a
+// warning: a DEL that fails forever would wedge the pod's removal, and
+// nothing is known to be attached.
+func (p *Plugin) fallbackNetwork(ctx context.Context, c *call) *netconf.Attachment {
+	if c.args.IfName == "" {
+		c.log.Warn("nothing recorded or cached for the container, and CNI_IFNAME is empty: the default network is not deleted")
+		return nil
+	}
+	nads, err := p.nodeNADs(c.conf, c.conf.ClusterNetwork)
+	if err == nil {
+		var att netconf.Attachment
+		if att, err = defaultNetwork(ctx, c.conf, nads); err == nil {
+			att.IfName, att.IsDefault = c.args.IfName, true
+			att.RuntimeConfig = runtimeArgsFor(c.conf.RuntimeConfig, &att)
+			return &att
+		}
+	}
+	c.log.Warn("nothing recorded or cached for the container, and the default network cannot be resolved: it is not deleted; if the pod was attached before manifold, its default network's resources are left", "error", err)
+	return nil
 }

@@ -2,10 +2,12 @@ package flow
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/manifold-cni/manifold/delegate"
 	"github.com/manifold-cni/manifold/netconf"
 )
 
@@ -31,12 +33,41 @@ func (p *Plugin) gc(c *call) error {
 		// Older runtimes send the key that an earlier spec draft named.
 		valid = in.Legacy
 	}
-	// The default networks are forwarded GC even when no record names them, so
-	// their plugins can clean up what a record never reached.
-	extra, err := staticNetworks(c.ctx, c.conf, nil, netconf.PodRef{})
+	req := delegate.GCRequest{Valid: valid}
+	// The node's static networks are forwarded GC even when no record names
+	// them, so their plugins can clean up what a record never reached. One
+	// that cannot be resolved (its NAD is missing, the API is down) is left
+	// out, with a warning: GC still does the rest.
+	refs := append([]string{c.conf.ClusterNetwork}, c.conf.DefaultNetworks...)
+	nads, err := p.nodeNADs(c.conf, refs...)
 	if err != nil {
-		c.log.Warn("resolve default networks for GC", "error", err)
-		extra = nil
+		c.log.Warn("gc: no API client, so networks named by NAD are not forwarded GC", "error", err)
 	}
-	return c.runner.GC(c.ctx, valid, extra)
+	if cache, ok := nads.(*nadCache); ok {
+		cache.start(c.ctx, staticNADKeys(c.conf, ""))
+	}
+	if def, err := defaultNetwork(c.ctx, c.conf, nads); err != nil {
+		c.log.Warn("gc: resolve the default network", "error", err)
+	} else {
+		req.Default = &def
+	}
+	if c.conf.ClusterNetwork == "" {
+		for i := 1; i < len(c.conf.Delegates); i++ {
+			n, err := netconf.ParseNetwork(c.conf.Delegates[i], "")
+			if err != nil {
+				c.log.Warn("gc: parse a delegate", "delegate", i, "error", err)
+				continue
+			}
+			req.Static = append(req.Static, netconf.NewAttachment(n, ""))
+		}
+	}
+	for i, ref := range c.conf.DefaultNetworks {
+		att, err := resolveRef(c.ctx, c.conf, nads, "defaultNetworks["+strconv.Itoa(i)+"]", ref)
+		if err != nil {
+			c.log.Warn("gc: resolve a default network", "error", err)
+			continue
+		}
+		req.Static = append(req.Static, att)
+	}
+	return c.runner.GC(c.ctx, req)
 }

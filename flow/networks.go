@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
 )
 
@@ -83,6 +84,47 @@ func staticNetworks(ctx context.Context, conf *netconf.Config, nads nadSource, p
 		atts = append(atts, att)
 	}
 	return atts, nil
+}
+
+// defaultNetwork is the node's default network as the config names it
+// (clusterNetwork, or delegates[0]), before any pod's override: what STATUS,
+// GC and a DEL with nothing recorded work with.
+func defaultNetwork(ctx context.Context, conf *netconf.Config, nads nadSource) (netconf.Attachment, error) {
+	if conf.ClusterNetwork != "" {
+		return resolveRef(ctx, conf, nads, "clusterNetwork", conf.ClusterNetwork)
+	}
+	if len(conf.Delegates) == 0 {
+		return netconf.Attachment{}, netconf.Invalid("neither \"clusterNetwork\" nor \"delegates\" is set")
+	}
+	n, err := netconf.ParseNetwork(conf.Delegates[0], "")
+	if err != nil {
+		return netconf.Attachment{}, netconf.Invalid("key \"delegates\"[0]: %v", err)
+	}
+	return netconf.NewAttachment(n, ""), nil
+}
+
+// nodeNADs is the NAD source of the verbs that have no pod (STATUS, GC, a DEL
+// with nothing recorded): nil when no kubeconfig is configured, or when no
+// entry in refs names a network (a path needs no API). Each NAD is read at
+// most once per call, when it is looked up.
+func (p *Plugin) nodeNADs(conf *netconf.Config, refs ...string) (nadSource, error) {
+	if !k8sclient.Configured(conf.Kubeconfig) {
+		return nil, nil
+	}
+	byName := false
+	for _, ref := range refs {
+		if name, ok := refName(ref); ok && name != "" {
+			byName = true
+		}
+	}
+	if !byName {
+		return nil, nil
+	}
+	api, err := p.newAPI(conf)
+	if err != nil {
+		return nil, netconf.Invalid("%v", err)
+	}
+	return newNADCache(api, p.nadMemory, conf.Kubeconfig), nil
 }
 
 // refName trims a clusterNetwork or defaultNetworks entry and reports whether it

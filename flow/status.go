@@ -26,9 +26,24 @@ func (p *Plugin) status(c *call) error {
 			return types.NewError(netconf.ErrPluginNotAvailable, "readiness indicator file "+f+" is missing", "")
 		}
 	}
-	atts, err := staticNetworks(c.ctx, c.conf, nil, c.pod)
+	// clusterNetwork may name a NAD, as Multus configs usually do: then it is
+	// read, once, from the API server (docs/configuration.md says what that
+	// costs when the runtime polls STATUS).
+	nads, err := p.nodeNADs(c.conf, c.conf.ClusterNetwork)
 	if err != nil {
 		return err
 	}
-	return c.runner.Status(c.ctx, &atts[0])
+	att, err := defaultNetwork(c.ctx, c.conf, nads)
+	if netconf.Code(err) == types.ErrTryAgainLater {
+		// The API server does not answer: the default network's plugins
+		// cannot be asked, but nothing says they are not ready. Failing here
+		// would turn the node's network not ready for as long as the API
+		// server is away, for pods that run on regardless.
+		c.log.Warn("STATUS could not read the default network's NAD; answering from the readiness file alone", "error", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return c.runner.Status(c.ctx, &att)
 }

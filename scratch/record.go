@@ -12,11 +12,13 @@ import (
 	"github.com/manifold-cni/manifold/netconf"
 )
 
-// FormatVersion is the version of the on-disk format. A reader refuses a record of
-// another version rather than guess at its meaning.
+// FormatVersion is the version of the on-disk format that Encode writes. A
+// record of another version is read by the reader for that version (readers),
+// or refused with ErrUnknownVersion: never guessed at, and never called corrupt.
 const FormatVersion = 1
 
-// MaxRecordBytes caps what Decode accepts; a record holds a few configs and is
+// MaxRecordBytes is the one size limit of a record, encoded: Encode refuses to
+// write what Decode would refuse to read. A record holds a few configs and is
 // normally a few KiB.
 const MaxRecordBytes = 16 << 20
 
@@ -32,38 +34,90 @@ type Record struct {
 	Attachments []netconf.Attachment `json:"attachments"`
 }
 
-// envelope wraps a record with its version and a checksum of the payload, so a torn
+// envelopeV1 wraps a version 1 record with a checksum of the payload, so a torn
 // or hand-edited file is detected instead of being half believed.
-type envelope struct {
+type envelopeV1 struct {
 	Version  int             `json:"version"`
 	Checksum string          `json:"sha256"`
 	Record   json.RawMessage `json:"record"`
 }
 
-// ErrCorrupt is returned (wrapped) by Decode for a record that cannot be trusted.
-var ErrCorrupt = errors.New("scratch record is corrupt")
+// Errors that Decode and Encode wrap.
+var (
+	// ErrCorrupt: the record is damaged (torn, truncated, edited, too large
+	// to have been written) and cannot be trusted.
+	ErrCorrupt = errors.New("scratch record is corrupt")
+	// ErrUnknownVersion: the record is intact as far as can be told, but of
+	// a format version this manifold has no reader for (written by a newer
+	// or an older manifold).
+	ErrUnknownVersion = errors.New("scratch record has a format version this manifold cannot read")
+	// ErrTooLarge: Encode refuses a record larger than MaxRecordBytes.
+	ErrTooLarge = errors.New("scratch record is too large")
+)
 
-// Encode serialises a record with its version and checksum.
+// readers decode the payload of each format version this manifold can read.
+var readers = map[int]func(b []byte) (*Record, error){
+	1: decodeV1,
+}
+
+// Encode serialises a record with its version and checksum. It refuses a
+// record that Decode would refuse, so that whatever is written can be read back.
 func Encode(r *Record) ([]byte, error) {
+	if err := check(r); err != nil {
+		return nil, fmt.Errorf("encode scratch record for %s: %w", r.ContainerID, err)
+	}
 	payload, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode scratch record for %s: %w", r.ContainerID, err)
 	}
 	sum := sha256.Sum256(payload)
-	return json.Marshal(envelope{Version: FormatVersion, Checksum: hex.EncodeToString(sum[:]), Record: payload})
+	b, err := json.Marshal(envelopeV1{Version: FormatVersion, Checksum: hex.EncodeToString(sum[:]), Record: payload})
+	if err != nil {
+		return nil, fmt.Errorf("encode scratch record for %s: %w", r.ContainerID, err)
+	}
+	if len(b) > MaxRecordBytes {
+		return nil, fmt.Errorf("encode scratch record for %s: %w: %d bytes with %d networks, more than the limit of %d",
+			r.ContainerID, ErrTooLarge, len(b), len(r.Attachments), MaxRecordBytes)
+	}
+	return b, nil
 }
 
-// Decode parses and verifies a record. Any damage yields an error wrapping ErrCorrupt.
+// Decode parses and verifies a record of any version that has a reader. A
+// damaged record yields an error wrapping ErrCorrupt; one of a version without
+// a reader, an error wrapping ErrUnknownVersion that names the version.
 func Decode(b []byte) (*Record, error) {
 	if len(b) > MaxRecordBytes {
-		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrCorrupt, len(b), MaxRecordBytes)
+		return nil, fmt.Errorf("%w: %d bytes, more than the limit of %d", ErrCorrupt, len(b), MaxRecordBytes)
 	}
-	var env envelope
-	if err := json.Unmarshal(b, &env); err != nil {
+	// Every version's envelope is a JSON object with a numeric "version"; the
+	// rest is that version's reader's business.
+	var head struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if env.Version != FormatVersion {
-		return nil, fmt.Errorf("%w: format version %d, want %d", ErrCorrupt, env.Version, FormatVersion)
+	if head.Version == nil {
+		return nil, fmt.Errorf("%w: no format version", ErrCorrupt)
+	}
+	read, ok := readers[*head.Version]
+	if !ok {
+		return nil, fmt.Errorf("%w: format version %d (this manifold reads version %d)", ErrUnknownVersion, *head.Version, FormatVersion)
+	}
+	r, err := read(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return r, nil
+}
+
+func decodeV1(b []byte) (*Record, error) {
+	var env envelopeV1
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	sum := sha256.Sum256(env.Record)
 	if hex.EncodeToString(sum[:]) != env.Checksum {
@@ -73,16 +127,21 @@ func Decode(b []byte) (*Record, error) {
 	if err := json.Unmarshal(env.Record, r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
+	return r, nil
+}
+
+// check is what every record must satisfy, written or read.
+func check(r *Record) error {
 	if err := ValidateContainerID(r.ContainerID); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return err
 	}
 	for i, a := range r.Attachments {
 		if a.Network == "" || len(a.Config) == 0 {
-			return nil, fmt.Errorf("%w: attachment %d has no network or config", ErrCorrupt, i)
+			return fmt.Errorf("attachment %d has no network or config", i)
 		}
 		if err := netconf.ValidateIfName(a.IfName); err != nil {
-			return nil, fmt.Errorf("%w: attachment %d: %v", ErrCorrupt, i, err)
+			return fmt.Errorf("attachment %d: %v", i, err)
 		}
 	}
-	return r, nil
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,22 +55,107 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	flipped := []byte(strings.Replace(string(good), `"eth0"`, `"eth9"`, 1))
 	var env map[string]any
 	_ = json.Unmarshal(good, &env)
-	env["version"] = 2
-	future, _ := json.Marshal(env)
+	delete(env, "version")
+	noVersion, _ := json.Marshal(env)
 	cases := map[string][]byte{
 		"empty":          nil,
 		"truncated":      good[:len(good)/2],
 		"garbage":        []byte("\x00\x01garbage"),
 		"edited payload": flipped,
-		"future version": future,
+		"no version":     noVersion,
+		"string version": []byte(`{"version":"1"}`),
 		"not an object":  []byte(`[1,2,3]`),
+		"too large":      append(good, make([]byte, MaxRecordBytes)...),
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
-				t.Errorf("Decode = %v, want ErrCorrupt", err)
+			_, err := Decode(b)
+			if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnknownVersion) {
+				t.Errorf("Decode = %v, want ErrCorrupt only", err)
 			}
 		})
+	}
+}
+
+// TestDecodeUnknownVersion: a record of a version this manifold has no reader
+// for (a newer manifold's, after a rollback) is refused as that, not as corrupt,
+// and the error names the version.
+func TestDecodeUnknownVersion(t *testing.T) {
+	good, err := Encode(sampleRecord("abc123"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []int{0, 2, 99, -1} {
+		var env map[string]any
+		_ = json.Unmarshal(good, &env)
+		env["version"] = v
+		b, _ := json.Marshal(env)
+		_, err := Decode(b)
+		if !errors.Is(err, ErrUnknownVersion) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version "+strconv.Itoa(v)) {
+			t.Errorf("Decode of version %d = %v, want ErrUnknownVersion naming the version", v, err)
+		}
+	}
+	// A future format need not look like this one at all.
+	other := []byte(`{"version":2,"records":{"whatever":[1,2]},"crc":7}`)
+	if _, err := Decode(other); !errors.Is(err, ErrUnknownVersion) {
+		t.Errorf("Decode of a version 2 record of another shape = %v, want ErrUnknownVersion", err)
+	}
+}
+
+// TestWrittenRecordsReadBack: Encode refuses whatever Decode would refuse (size,
+// container ID, attachments), with an error that says why; what it writes is
+// read back.
+func TestWrittenRecordsReadBack(t *testing.T) {
+	// A record whose encoding is just under the limit, and one just over.
+	base, _ := Encode(sampleRecord("abc123"))
+	for _, tc := range []struct {
+		pad    int
+		wantOK bool
+	}{{MaxRecordBytes - len(base) - 64, true}, {MaxRecordBytes, false}} {
+		r := sampleRecord("abc123")
+		r.NetNS = strings.Repeat("n", tc.pad)
+		b, err := Encode(r)
+		if !tc.wantOK {
+			if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "abc123") || !strings.Contains(err.Error(), strconv.Itoa(MaxRecordBytes)) {
+				t.Errorf("Encode of an oversized record = %v, want ErrTooLarge naming the container and the limit", err)
+			}
+			s := &Store{Dir: t.TempDir()}
+			if err := s.Save(r); !errors.Is(err, ErrTooLarge) {
+				t.Errorf("Save of an oversized record = %v, want ErrTooLarge", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Encode of a %d-byte record: %v", len(base)+tc.pad, err)
+		}
+		if _, err := Decode(b); err != nil {
+			t.Errorf("Decode of a %d-byte record that Encode wrote: %v", len(b), err)
+		}
+	}
+	for name, damage := range map[string]func(*Record){
+		"bad ifname":     func(r *Record) { r.Attachments[1].IfName = "a/b" },
+		"no config":      func(r *Record) { r.Attachments[0].Config = nil },
+		"no network":     func(r *Record) { r.Attachments[0].Network = "" },
+		"bad containers": func(r *Record) { r.ContainerID = "../x" },
+	} {
+		r := sampleRecord("abc123")
+		damage(r)
+		if _, err := Encode(r); err == nil {
+			t.Errorf("Encode with %s = nil, want an error (Decode would refuse it)", name)
+		}
+	}
+}
+
+// TestLoadNamesFile: the errors of Load name the record's file, so a warning
+// about it tells the admin what to look at.
+func TestLoadNamesFile(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	if err := os.WriteFile(s.Path("c1"), []byte(`{"version":2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Load("c1")
+	if !errors.Is(err, ErrUnknownVersion) || !strings.Contains(err.Error(), s.Path("c1")) {
+		t.Errorf("Load of a version 2 record = %v, want ErrUnknownVersion naming %s", err, s.Path("c1"))
 	}
 }
 
@@ -188,8 +274,8 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Decode(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("Decode error %v does not wrap ErrCorrupt", err)
+			if errors.Is(err, ErrCorrupt) == errors.Is(err, ErrUnknownVersion) {
+				t.Fatalf("Decode error %v wraps neither or both of ErrCorrupt and ErrUnknownVersion", err)
 			}
 			return
 		}

@@ -86,30 +86,32 @@ func (s *Store) Save(r *Record) error {
 	return syncDir(s.Dir)
 }
 
-// Load reads a container's record. It returns (nil, nil) when there is none, and an
-// error wrapping ErrCorrupt when the file is damaged.
+// Load reads a container's record. It returns (nil, nil) when there is none; an
+// error wrapping ErrCorrupt when the file is damaged, or ErrUnknownVersion when
+// it is of a format version this manifold cannot read. Errors name the file.
 func (s *Store) Load(containerID string) (*Record, error) {
 	if err := ValidateContainerID(containerID); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(s.Path(containerID))
+	path := s.Path(containerID)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load scratch record for %s: %w", containerID, err)
+		return nil, fmt.Errorf("load scratch record %s: %w", path, err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxRecordBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("load scratch record for %s: %w", containerID, err)
+		return nil, fmt.Errorf("load scratch record %s: %w", path, err)
 	}
 	r, err := Decode(b)
 	if err != nil {
-		return nil, fmt.Errorf("load scratch record for %s: %w", containerID, err)
+		return nil, fmt.Errorf("load scratch record %s: %w", path, err)
 	}
 	if r.ContainerID != containerID {
-		return nil, fmt.Errorf("load scratch record for %s: %w: it is for container %q", containerID, ErrCorrupt, r.ContainerID)
+		return nil, fmt.Errorf("load scratch record %s: %w: it is for container %q", path, ErrCorrupt, r.ContainerID)
 	}
 	return r, nil
 }
