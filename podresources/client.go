@@ -109,7 +109,8 @@ type Client struct {
 	Checkpoint string
 	// Timeout bounds each gRPC call; DefaultTimeout if zero.
 	Timeout time.Duration
-	// Retry bounds the retrying of refused calls; DefaultBackoff if zero.
+	// Retry bounds the retrying of refused calls; its unset fields are
+	// DefaultBackoff's.
 	Retry Backoff
 
 	mu   sync.Mutex
@@ -312,9 +313,18 @@ func (c *Client) timeout() time.Duration {
 	return c.Timeout
 }
 
+// backoff fills each unset field from DefaultBackoff on its own: a Backoff
+// with only Total set must not retry with no wait at all.
 func (c *Client) backoff() Backoff {
-	if c.Retry == (Backoff{}) {
-		return DefaultBackoff
+	b := c.Retry
+	if b.Initial <= 0 {
+		b.Initial = DefaultBackoff.Initial
 	}
-	return c.Retry
+	if b.Max <= 0 {
+		b.Max = max(DefaultBackoff.Max, b.Initial)
+	}
+	if b.Total <= 0 {
+		b.Total = DefaultBackoff.Total
+	}
+	return b
 }

@@ -162,7 +162,7 @@ func TestRateLimitedPastBound(t *testing.T) {
 	k := prt.Start(t, podA)
 	k.ExhaustFirst(1 << 30)
 	c := newClient(t, k.Socket)
-	c.Retry = podresources.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Total: 100 * time.Millisecond}
+	c.Retry = podresources.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Total: time.Second}
 	_, _, err := c.Devices(context.Background(), pod(podA))
 	if !errors.Is(err, podresources.ErrRateLimited) {
 		t.Fatalf("error %v, want ErrRateLimited", err)
@@ -284,5 +284,21 @@ func TestStoppedKubeletFallsBackToCheckpoint(t *testing.T) {
 	}
 	if src != podresources.SourceCheckpoint || !reflect.DeepEqual(devs, wantA) {
 		t.Errorf("got %v from %q, want %v from checkpoint", devs, src, wantA)
+	}
+}
+
+// A Backoff with only Total set still waits between attempts (the unset
+// fields come from DefaultBackoff) instead of hammering a rate-limited kubelet.
+func TestPartialBackoffStillWaits(t *testing.T) {
+	k := prt.Start(t, podA)
+	k.ExhaustFirst(1 << 30)
+	c := newClient(t, k.Socket)
+	c.Retry = podresources.Backoff{Total: 200 * time.Millisecond}
+	if _, _, err := c.Devices(context.Background(), pod(podA)); !errors.Is(err, podresources.ErrRateLimited) {
+		t.Fatalf("error %v, want ErrRateLimited", err)
+	}
+	// Waits of at least 25 ms, doubling, fit at most 4 times into 200 ms.
+	if n := k.Calls(prt.MethodGet); n > 9 {
+		t.Errorf("%d Get calls in 200 ms of retrying, want at most 9", n)
 	}
 }

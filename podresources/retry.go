@@ -29,12 +29,14 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 		if err == nil {
 			return nil
 		}
+		// The caller's own end comes first, so that it can be told by
+		// errors.Is from anything the kubelet said.
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w (after %d attempts, the last: %v)", method, ctx.Err(), attempt, err)
+		}
 		code := status.Code(err)
 		if code != codes.ResourceExhausted && code != codes.Unavailable {
 			return fmt.Errorf("%s: %w", method, err)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w (after %d attempts)", method, ctx.Err(), attempt)
 		}
 		d := jitter(wait)
 		if time.Since(start)+d > b.Total {
