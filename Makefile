@@ -39,7 +39,7 @@ test: build tools
 	$(MAKE) fuzz
 
 unit:
-	$(GO) test -count=1 ./netconf/... ./scratch/...
+	$(GO) test -count=1 ./netconf/... ./scratch/... ./podresources/... ./devinfo/...
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

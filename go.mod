@@ -8,10 +8,13 @@ require (
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/sys v0.49.0
+	google.golang.org/grpc v1.72.2
+	google.golang.org/protobuf v1.36.8
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1
 	k8s.io/api v0.35.0
 	k8s.io/apimachinery v0.35.0
 	k8s.io/client-go v0.35.0
+	k8s.io/kubelet v0.35.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -47,7 +50,7 @@ require (
 	golang.org/x/term v0.37.0 // indirect
 	golang.org/x/text v0.31.0 // indirect
 	golang.org/x/time v0.9.0 // indirect
-	google.golang.org/protobuf v1.36.8 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20250528174236-200df99c418a // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
