@@ -31,7 +31,7 @@ var (
 	ErrUnknownFormat = errors.New("not a Multus v3/v4 record")
 	// ErrCorrupt is returned (wrapped) for a record that is not valid JSON, e.g.
 	// one torn by a crash during Multus's non-atomic write.
-	ErrCorrupt = errors.New("Multus record is corrupt")
+	ErrCorrupt = errors.New("corrupt Multus record")
 )
 
 // Source says where an attachment's config came from, so the caller can log
