@@ -80,9 +80,12 @@ func readCache(dir, containerID string) ([]*cacheEntry, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("skip cache file %s: %v", f, err))
 			continue
 		}
-		if e.Kind != cacheKind || e.ContainerID != containerID {
-			warnings = append(warnings, fmt.Sprintf("skip cache file %s: kind %q for container %q is not a %s entry for this container", f, e.Kind, e.ContainerID, cacheKind))
+		if e.Kind != cacheKind {
+			warnings = append(warnings, fmt.Sprintf("skip cache file %s: kind %q is not %s", f, e.Kind, cacheKind))
 			continue
+		}
+		if e.ContainerID != containerID {
+			continue // another container's, whose name merely holds this ID
 		}
 		e.file = f
 		entries = append(entries, &e)

@@ -23,6 +23,10 @@ type rawEntry struct {
 	DeviceID              string          `json:"deviceID"`
 	GatewayRequest        []string        `json:"default-route"`
 	Bytes                 json.RawMessage `json:"Bytes"`
+
+	// decodeErr is set when a field has a type Multus never wrote: the entry is
+	// reported, and the others are still read.
+	decodeErr error
 }
 
 // rawConfigList is libcni's NetworkConfigList as Go encodes it.
@@ -62,7 +66,8 @@ func decodeRecord(b []byte) ([]rawEntry, error) {
 		}
 		raw, _ := json.Marshal(o)
 		if err := json.Unmarshal(raw, &entries[i]); err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %v", ErrUnknownFormat, i, err)
+			entries[i] = rawEntry{decodeErr: err}
+			json.Unmarshal(o["Name"], &entries[i].Name) // for naming it, if it can
 		}
 	}
 	return entries, nil

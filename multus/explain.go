@@ -35,6 +35,9 @@ func explain(rec *Record, entries []rawEntry, cache []*cacheEntry, path string, 
 			ifNames[i] = defaultIfName(cache, network, claimed, opts.IfName)
 		}
 		att, origin, reasons := choose(e, recBytes, bytesErr, network, ifNames[i], cache, path, opts)
+		if e.decodeErr != nil {
+			att, reasons = nil, []string{fmt.Sprintf("entry is not a Multus delegate: %v", e.decodeErr)}
+		}
 		if att == nil {
 			name := e.nad()
 			if name == "" {

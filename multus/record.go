@@ -163,7 +163,9 @@ func LoadWith(dir, containerID string, opts Options) (*Record, error) {
 		}
 		return rec, err
 	}
-	if !rec.HasRecord && len(cache) == 0 && len(rec.Unexplained) == 0 {
+	// Nothing at all is nil; a Record with only warnings (a torn cache file and
+	// no record) is returned so that the caller logs them before Remove.
+	if !rec.HasRecord && len(cache) == 0 && len(rec.Unexplained) == 0 && len(rec.Warnings) == 0 {
 		return nil, nil
 	}
 	return rec, nil

@@ -225,13 +225,14 @@ func TestLoadReportsUnexplained(t *testing.T) {
 		entry("cbr0", flannelConf, nil),
 		entry("ns1/mv", macvlanConf, map[string]any{"Bytes": "!!not base64 nor json"}),
 		entry("ns1/bad", `{"cniVersion":"1.0.0","name":"bad","plugins":[]}`, nil),
+		entry("ns1/odd", macvlanConf, map[string]any{"ifnameRequest": 5}),
 	)
 	rec, err := Load(dir, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkAtts(t, rec, []wantAtt{{"cbr0", "", "eth0", true, FromRecord}})
-	if len(rec.Unexplained) != 2 {
+	if len(rec.Unexplained) != 3 {
 		t.Fatalf("unexplained = %+v", rec.Unexplained)
 	}
 	u := rec.Unexplained[0]
@@ -241,8 +242,11 @@ func TestLoadReportsUnexplained(t *testing.T) {
 	if u := rec.Unexplained[1]; u.Index != 2 || u.Network != "ns1/bad" || !strings.Contains(u.Reason, "empty") {
 		t.Errorf("unexplained[1] = %+v", u)
 	}
+	if u := rec.Unexplained[2]; u.Index != 3 || u.Network != "ns1/odd" || !strings.Contains(u.Reason, "not a Multus delegate") {
+		t.Errorf("unexplained[2] = %+v", u)
+	}
 	msg := rec.UnexplainedError().Error()
-	for _, s := range []string{id, "ns1/mv", "ns1/bad", path, "net1"} {
+	for _, s := range []string{id, "ns1/mv", "ns1/bad", "ns1/odd", path, "net1"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("error %q does not name %q", msg, s)
 		}
@@ -325,5 +329,16 @@ func TestLoadBoundsReads(t *testing.T) {
 	os.Symlink(target, filepath.Join(dir, "link"))
 	if _, err := Load(dir, "link"); err == nil {
 		t.Error("a symlinked record was followed")
+	}
+}
+
+// A torn cache file with no record: nothing to DEL, but the caller hears of it.
+func TestLoadTornCacheOnly(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "results"), 0o700)
+	os.WriteFile(filepath.Join(dir, "results", "net-tc-eth0"), []byte(`{"kind":"cniCa`), 0o600)
+	rec, err := Load(dir, "tc")
+	if err != nil || rec == nil || len(rec.Attachments) != 0 || len(rec.Warnings) != 1 || !strings.Contains(rec.Warnings[0], "net-tc-eth0") {
+		t.Fatalf("got %+v, %v; want a Record with one warning naming the file", rec, err)
 	}
 }
