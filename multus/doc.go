@@ -22,8 +22,8 @@
 //     NetConfList); only name and cniVersion are read from them, as a fallback.
 //   - "Name" (v3.x later releases and v4.x): "namespace/name" for a network from a
 //     NetworkAttachmentDefinition, else the CNI network name.
-//   - "ifnameRequest", "macRequest", "ipRequest" (a single string in v3.0-v3.3, a
-//     list later), "infinibandGUIDRequest", "deviceID", "default-route".
+//   - "ifnameRequest", "macRequest", "ipRequest" (a single string in early v3
+//     releases, a list later), "infinibandGUIDRequest", "deviceID", "default-route".
 //   - "CNINetworkConfigList" (v4.x releases built on libcni's subdirectory
 //     chains, e.g. v4.3.0): libcni's NetworkConfigList, with the original file
 //     bytes in "Bytes" and each plugin's raw bytes in "Plugins"[i]."Bytes". Only
@@ -39,8 +39,8 @@
 // getting CNI_IFNAME and entry i > 0 getting "net<i>".
 //
 // The libcni result cache, cniDir/results/<network>-<containerID>-<ifname>: one
-// file per delegate that libcni ADDed successfully (Multus passes cniDir to
-// libcni as its cache dir), in libcni's "cniCacheV1" format: "config" (base64 of
+// file per delegate that libcni ADDed successfully (later v3.x and all v4.x
+// pass cniDir to libcni as its cache dir; early v3 used none), in libcni's "cniCacheV1" format: "config" (base64 of
 // the exact config that ran), "ifName", "networkName", "netns", "cniArgs" (the
 // full CNI_ARGS as pairs; Multus puts its own IgnoreUnknown and K8S_POD_* keys
 // first and then the runtime's CNI_ARGS, so keys repeat, then MAC= and IP=),
@@ -49,9 +49,9 @@
 // but are removed with the rest.
 //
 // Not handled: Multus v1/v2 records (a list of raw plugin configs, with no
-// "Bytes") are refused with ErrUnknownFormat. Multus v3.0-v3.3 saved a record
+// "Bytes") are refused with ErrUnknownFormat. Early v3 releases saved a record
 // only for pods with no NetworkAttachmentDefinition networks and used no cache in
-// cniDir, so for its other pods there is nothing here to read.
+// cniDir, so for their other pods there is nothing here to read.
 //
 // # Choosing each attachment's config
 //

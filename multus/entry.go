@@ -121,7 +121,7 @@ func looksLikeObject(b []byte) bool {
 	return len(t) > 0 && t[0] == '{' && json.Valid(t)
 }
 
-// ipRequests reads "ipRequest": a string in Multus v3.0-v3.3, a list later.
+// ipRequests reads "ipRequest": a string in early Multus v3, a list later.
 func ipRequests(raw json.RawMessage) ([]string, error) {
 	if isNull(raw) {
 		return nil, nil

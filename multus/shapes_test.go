@@ -136,7 +136,7 @@ func TestLoadRecordShapes(t *testing.T) {
 	}
 }
 
-// Multus v3.0-v3.3: no "Name", no CNINetworkConfigList, "ipRequest" a string.
+// Early Multus v3: no "Name", no CNINetworkConfigList, "ipRequest" a string.
 func TestLoadV3Record(t *testing.T) {
 	dir := t.TempDir()
 	id := "v3"
