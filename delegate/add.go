@@ -57,6 +57,9 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		if err := r.confirm(ctx, rec, i); err != nil {
 			return fail(i-1, err) // attachment i was not attempted
 		}
+		if r.Prepare != nil {
+			r.Prepare(&rec.Attachments[i])
+		}
 		res, err := r.addOne(ctx, rec, &rec.Attachments[i])
 		if err != nil {
 			return fail(i, err) // it may have half-attached

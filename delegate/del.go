@@ -3,6 +3,9 @@ package delegate
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"sort"
 
 	"github.com/containernetworking/cni/libcni"
@@ -130,6 +133,13 @@ func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.A
 	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
 	if err := r.CNI.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
 		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
+	}
+	// The attachment's Device Info file goes with it (the record names it;
+	// nothing is asked of the kubelet).
+	if f := att.DeviceInfoFile; f != "" {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("delete network %s from %s: remove its device info file: %w", att.DisplayName(), att.IfName, err)
+		}
 	}
 	return nil
 }

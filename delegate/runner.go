@@ -55,6 +55,11 @@ type Runner struct {
 	// from remembered NAD configs while their reads are on the way, and
 	// confirms them here (cmd/manifold, nadCache.speculate).
 	Confirm func(ctx context.Context, i int, recorded *netconf.Attachment) (*netconf.Attachment, error)
+	// Prepare, when set, is called by Add just before each attachment's
+	// delegate runs, once the record that holds it is durable: the node's
+	// files that the attachment's plugins read (a Device Info file) are made
+	// then, so that a crash leaves none that DEL would not remove.
+	Prepare func(att *netconf.Attachment)
 }
 
 // NewCNI returns the libcni runner used in production: plugins are looked up in

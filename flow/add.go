@@ -73,6 +73,7 @@ func (p *Plugin) add(c *call) error {
 	if len(pc.pending) > 0 {
 		c.runner.Confirm = pc.confirm(c)
 	}
+	c.runner.Prepare = copyDeviceInfo(c)
 	results, err := c.runner.Add(ctx, rec)
 	if err != nil {
 		p.warnEvent(ctx, c, pc, err)
@@ -216,6 +217,9 @@ func (p *Plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
+	if err := p.assignDevices(ctx, c, atts); err != nil {
+		return nil, err
+	}
 	if err := delegate.CheckDefaultRoutes(atts); err != nil {
 		return nil, err
 	}
@@ -270,10 +274,12 @@ func (p *Plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *
 		if err := checkIsolation(c.conf, pod.Namespace, &sel, false); err != nil {
 			return err
 		}
-		if cfg, ok := nads.speculate(nadKey{sel.Namespace, sel.Name}); ok {
+		// A network that draws a device is never speculated on: its device
+		// is assigned before the first delegate runs, from its NAD as read.
+		if def, ok := nads.speculate(nadKey{sel.Namespace, sel.Name}); ok && def.resource == "" {
 			// A remembered config that makes no attachment waits for the read.
-			if att, err := attachmentFor(c.log, c.conf, sel, cfg, true); err == nil {
-				pc.pending = append(pc.pending, pendingNAD{index: len(*atts), sel: sel, config: cfg})
+			if att, err := attachmentFor(c.log, c.conf, sel, def, true); err == nil {
+				pc.pending = append(pc.pending, pendingNAD{index: len(*atts), sel: sel, def: def})
 				*atts = append(*atts, att)
 				continue
 			}
@@ -335,23 +341,25 @@ func mergeRuntimeConfig(fromRuntime, fromAnnotation map[string]any) map[string]a
 // attachSelection turns one requested network into an attachment, once its NAD
 // has been read.
 func attachSelection(ctx context.Context, log *slog.Logger, conf *netconf.Config, nads *nadCache, sel netconf.NetworkSelection) (netconf.Attachment, error) {
-	cfg, found, err := nads.NADConfig(ctx, sel.Namespace, sel.Name)
+	def, found, err := nads.NAD(ctx, sel.Namespace, sel.Name)
 	if err != nil {
 		return netconf.Attachment{}, err
 	}
-	return attachmentFor(log, conf, sel, cfg, found)
+	return attachmentFor(log, conf, sel, def, found)
 }
 
-// attachmentFor builds the attachment of sel from its NAD's spec.config; found
-// is false when the NAD does not exist.
-func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSelection, cfg string, found bool) (netconf.Attachment, error) {
+// attachmentFor builds the attachment of sel from its NAD; found is false
+// when the NAD does not exist.
+func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSelection, def nadDef, found bool) (netconf.Attachment, error) {
 	if !found {
 		return netconf.Attachment{}, netconf.Invalid("network %s/%s: NetworkAttachmentDefinition not found", sel.Namespace, sel.Name)
 	}
-	att, warnings, err := netconf.AttachmentForSelection(sel, cfg, conf)
+	att, warnings, err := netconf.AttachmentForSelection(sel, def.config, conf)
 	if err != nil {
 		return netconf.Attachment{}, err
 	}
+	att.Resource = def.resource
+	att.DeviceID = sel.DeviceID
 	for _, w := range warnings {
 		log.Warn(w, "network", att.DisplayName())
 	}

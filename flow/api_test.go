@@ -90,14 +90,14 @@ func TestPrefetchReadsEachNADOnce(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, name := range []string{"a", "b"} {
-		if cfg, found, err := cache.NADConfig(ctx, "default", name); err != nil || !found || cfg != nadConf {
-			t.Errorf("%s: %q %v %v", name, cfg, found, err)
+		if def, found, err := cache.NAD(ctx, "default", name); err != nil || !found || def.config != nadConf {
+			t.Errorf("%s: %q %v %v", name, def.config, found, err)
 		}
 	}
-	if _, found, err := cache.NADConfig(ctx, "default", "missing"); err != nil || found {
+	if _, found, err := cache.NAD(ctx, "default", "missing"); err != nil || found {
 		t.Errorf("missing: found %v, err %v", found, err)
 	}
-	_, _, err = cache.NADConfig(ctx, "default", "down")
+	_, _, err = cache.NAD(ctx, "default", "down")
 	var cniErr *types.Error
 	if !errors.As(err, &cniErr) || cniErr.Code != 11 || !strings.Contains(err.Error(), "unavailable") {
 		t.Errorf("down: %v, want code 11", err)

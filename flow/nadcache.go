@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/manifold-cni/manifold/delegate"
@@ -87,16 +88,34 @@ func (c *nadCache) fetch(ctx context.Context, keys []nadKey) {
 	}
 }
 
-// NADConfig implements nadSource: it waits for the NAD's read.
-func (c *nadCache) NADConfig(ctx context.Context, namespace, name string) (string, bool, error) {
+// nadDef is what manifold uses of a NAD: its spec.config, and the
+// device-plugin resource its networks draw a device from (the annotation
+// k8s.v1.cni.cncf.io/resourceName; "" for none).
+type nadDef struct {
+	config   string
+	resource string
+}
+
+// annotResourceName names a NAD's device-plugin resource (docs/devices.md).
+const annotResourceName = "k8s.v1.cni.cncf.io/resourceName"
+
+func defOf(nad *k8sclient.NetworkAttachmentDefinition) nadDef {
+	return nadDef{config: nad.Spec.Config, resource: strings.TrimSpace(nad.Metadata.Annotations[annotResourceName])}
+}
+
+// size is what the daemon's memory counts of a definition.
+func (d nadDef) size() int { return len(d.config) + len(d.resource) }
+
+// NAD implements nadSource: it waits for the NAD's read.
+func (c *nadCache) NAD(ctx context.Context, namespace, name string) (nadDef, bool, error) {
 	nad, err := c.wait(ctx, nadKey{namespace, name})
 	switch {
 	case errors.Is(err, k8sclient.ErrNotFound):
-		return "", false, nil
+		return nadDef{}, false, nil
 	case err != nil:
-		return "", false, apiError(err)
+		return nadDef{}, false, apiError(err)
 	}
-	return nad.Spec.Config, true, nil
+	return defOf(nad), true, nil
 }
 
 // prefetch starts the reads of the distinct NADs that sels name, so a pod with
@@ -141,9 +160,9 @@ func (c *nadCache) prefetchRequest(ctx context.Context, conf *netconf.Config, po
 // still on the way. ok is false when the read has already answered (its answer
 // is what counts), outside the daemon, and for a NAD the daemon has not read
 // successfully before.
-func (c *nadCache) speculate(k nadKey) (config string, ok bool) {
+func (c *nadCache) speculate(k nadKey) (def nadDef, ok bool) {
 	if c.mem == nil {
-		return "", false
+		return nadDef{}, false
 	}
 	c.mu.Lock()
 	r := c.reads[k]
@@ -151,7 +170,7 @@ func (c *nadCache) speculate(k nadKey) (config string, ok bool) {
 	if r != nil {
 		select {
 		case <-r.done:
-			return "", false
+			return nadDef{}, false
 		default:
 		}
 	}
@@ -170,7 +189,7 @@ func (c *nadCache) remember(k nadKey, r *nadRead) {
 		c.mem.forget(c.kubeconfig, k)
 		return
 	}
-	c.mem.put(c.kubeconfig, k, r.nad.Spec.Config)
+	c.mem.put(c.kubeconfig, k, defOf(r.nad))
 }
 
 // nadMemory is the node daemon's memory of the NADs it has read: the config
@@ -179,8 +198,8 @@ func (c *nadCache) remember(k nadKey, r *nadRead) {
 // it while their reads are on the way (docs/performance-history.md, change 13).
 type nadMemory struct {
 	mu      sync.Mutex
-	configs map[nadMemoryKey]string
-	bytes   int // the configs' total size
+	configs map[nadMemoryKey]nadDef
+	bytes   int // the definitions' total size
 }
 
 type nadMemoryKey struct {
@@ -196,26 +215,26 @@ const (
 	nadMemoryMaxBytes = 64 << 20
 )
 
-func (m *nadMemory) get(kubeconfig string, k nadKey) (string, bool) {
+func (m *nadMemory) get(kubeconfig string, k nadKey) (nadDef, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cfg, ok := m.configs[nadMemoryKey{kubeconfig, k}]
 	return cfg, ok
 }
 
-func (m *nadMemory) put(kubeconfig string, k nadKey, config string) {
+func (m *nadMemory) put(kubeconfig string, k nadKey, def nadDef) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := nadMemoryKey{kubeconfig, k}
 	m.dropLocked(key)
-	if len(config) > netconf.MaxConfigBytes {
+	if len(def.config) > netconf.MaxConfigBytes {
 		return
 	}
-	if m.configs == nil || len(m.configs) >= nadMemoryMax || m.bytes+len(config) > nadMemoryMaxBytes {
-		m.configs, m.bytes = map[nadMemoryKey]string{}, 0
+	if m.configs == nil || len(m.configs) >= nadMemoryMax || m.bytes+def.size() > nadMemoryMaxBytes {
+		m.configs, m.bytes = map[nadMemoryKey]nadDef{}, 0
 	}
-	m.configs[key] = config
-	m.bytes += len(config)
+	m.configs[key] = def
+	m.bytes += def.size()
 }
 
 func (m *nadMemory) forget(kubeconfig string, k nadKey) {
@@ -226,7 +245,7 @@ func (m *nadMemory) forget(kubeconfig string, k nadKey) {
 
 func (m *nadMemory) dropLocked(key nadMemoryKey) {
 	if old, ok := m.configs[key]; ok {
-		m.bytes -= len(old)
+		m.bytes -= old.size()
 		delete(m.configs, key)
 	}
 }
@@ -235,9 +254,9 @@ func (m *nadMemory) dropLocked(key nadMemoryKey) {
 // NAD's read was on the way: its position in the pod's delegate list, the
 // selection, and the remembered config it was built from.
 type pendingNAD struct {
-	index  int
-	sel    netconf.NetworkSelection
-	config string
+	index int
+	sel   netconf.NetworkSelection
+	def   nadDef
 }
 
 // confirm is the runner's Confirm for a pod with pending networks. Before the
@@ -254,18 +273,22 @@ func (pc *podContext) confirm(c *call) func(context.Context, int, *netconf.Attac
 			if p.index != i {
 				continue
 			}
-			cfg, found, err := pc.nads.NADConfig(ctx, p.sel.Namespace, p.sel.Name)
+			def, found, err := pc.nads.NAD(ctx, p.sel.Namespace, p.sel.Name)
 			if err != nil {
 				return nil, err
 			}
-			if found && cfg == p.config {
+			if found && def == p.def {
 				return nil, nil
 			}
-			att, err := attachmentFor(c.log, c.conf, p.sel, cfg, found)
+			att, err := attachmentFor(c.log, c.conf, p.sel, def, found)
 			if err != nil {
 				return nil, err
 			}
 			att.IfName = recorded.IfName
+			if att.Resource != "" {
+				// Devices were handed out before the first delegate ran.
+				return nil, netconf.TryAgainLater("network %s: its NAD changed while the pod was being attached, and now draws a device from resource %q; the next ADD reads it afresh", att.DisplayName(), att.Resource)
+			}
 			c.log.Info("NAD changed since the daemon last read it; network recorded again before its delegate runs", "network", att.DisplayName(), delegate.AttachmentIfnameKey, att.IfName)
 			return &att, nil
 		}

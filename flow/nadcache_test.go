@@ -46,7 +46,7 @@ func TestSpeculatedNADs(t *testing.T) {
 				nadGates: map[string]chan struct{}{"default/net-a": make(chan struct{})},
 			}
 			mem := &nadMemory{}
-			mem.put(kc, key, oldConf)
+			mem.put(kc, key, nadDef{config: oldConf})
 			p, c := apiCall(t, api, map[string]any{"kubeconfig": kc})
 			p.nadMemory = mem
 			ctx := context.Background()
@@ -94,7 +94,7 @@ func TestSpeculatedNADs(t *testing.T) {
 				t.Errorf("confirmation of net-b, which was read before it was built: %v, %v; want nothing", again, err)
 			}
 			cfg, ok := mem.get(kc, key)
-			if tc.remembered == "" && ok || tc.remembered != "" && cfg != tc.remembered {
+			if tc.remembered == "" && ok || tc.remembered != "" && cfg.config != tc.remembered {
 				t.Errorf("memory after the read: %q, %v; want %q", cfg, ok, tc.remembered)
 			}
 			if n := len(api.reads()); n != 2 {
@@ -136,27 +136,27 @@ func TestBinaryDoesNotSpeculate(t *testing.T) {
 func TestNADMemoryBytes(t *testing.T) {
 	m := &nadMemory{}
 	huge := strings.Repeat("x", netconf.MaxConfigBytes+1)
-	m.put("", nadKey{"ns", "huge"}, huge)
+	m.put("", nadKey{"ns", "huge"}, nadDef{config: huge})
 	if _, ok := m.get("", nadKey{"ns", "huge"}); ok || m.bytes != 0 {
 		t.Errorf("a config of %d bytes was kept (memory holds %d bytes)", len(huge), m.bytes)
 	}
 	big := strings.Repeat("y", netconf.MaxConfigBytes)
 	for i := range nadMemoryMaxBytes/len(big) + 3 {
-		m.put("", nadKey{"ns", fmt.Sprint(i)}, big)
+		m.put("", nadKey{"ns", fmt.Sprint(i)}, nadDef{config: big})
 		if m.bytes > nadMemoryMaxBytes {
 			t.Fatalf("after %d configs of %d bytes the memory holds %d bytes, more than %d", i+1, len(big), m.bytes, nadMemoryMaxBytes)
 		}
 	}
 	total := 0
 	for _, c := range m.configs {
-		total += len(c)
+		total += c.size()
 	}
 	if total != m.bytes {
 		t.Errorf("the count says %d bytes, the configs hold %d", m.bytes, total)
 	}
 	m.configs, m.bytes = nil, 0
-	m.put("", nadKey{"ns", "a"}, "12345")
-	m.put("", nadKey{"ns", "a"}, "12")
+	m.put("", nadKey{"ns", "a"}, nadDef{config: "12345"})
+	m.put("", nadKey{"ns", "a"}, nadDef{config: "12"})
 	m.forget("", nadKey{"ns", "b"})
 	if m.bytes != 2 {
 		t.Errorf("after a replacement the memory counts %d bytes, want 2", m.bytes)

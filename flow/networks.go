@@ -12,9 +12,9 @@ import (
 // nadSource looks up NetworkAttachmentDefinitions. It is nil when manifold runs
 // with no API server.
 type nadSource interface {
-	// NADConfig returns spec.config of namespace/name, and found=false when the
-	// NAD does not exist.
-	NADConfig(ctx context.Context, namespace, name string) (config string, found bool, err error)
+	// NAD returns what manifold uses of namespace/name, and found=false when
+	// the NAD does not exist.
+	NAD(ctx context.Context, namespace, name string) (def nadDef, found bool, err error)
 }
 
 // resolveRef resolves a clusterNetwork or defaultNetworks entry (DESIGN §2): a NAD
@@ -30,16 +30,17 @@ func resolveRef(ctx context.Context, conf *netconf.Config, nads nadSource, key, 
 		return netconf.NewAttachment(n, ""), nil
 	}
 	if nads != nil {
-		cfg, found, err := nads.NADConfig(ctx, conf.MultusNamespace, ref)
+		def, found, err := nads.NAD(ctx, conf.MultusNamespace, ref)
 		if err != nil {
 			return netconf.Attachment{}, err
 		}
 		if found {
 			sel := netconf.NetworkSelection{Name: ref, Namespace: conf.MultusNamespace}
-			att, _, err := netconf.AttachmentForSelection(sel, cfg, conf)
+			att, _, err := netconf.AttachmentForSelection(sel, def.config, conf)
 			if err != nil {
 				return netconf.Attachment{}, err
 			}
+			att.Resource = def.resource
 			return att, nil
 		}
 	}

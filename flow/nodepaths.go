@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -22,6 +23,11 @@ type NodePaths struct {
 	ConfDir    string
 	Kubeconfig string
 	LogFile    string
+	// Where a pod's devices are learnt, and where their Device Info files
+	// are written (docs/devices.md).
+	PodResourcesSocket string
+	DeviceCheckpoint   string
+	DeviceInfoDir      string
 }
 
 // RegisterFlags adds the daemon's flags for the node paths to fs.
@@ -31,6 +37,9 @@ func (n *NodePaths) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&n.ConfDir, "conf-dir", netconf.DefaultConfDir, "where networks named by name are looked up (config key confDir)")
 	fs.StringVar(&n.Kubeconfig, "kubeconfig", "", "the API server's kubeconfig (config key kubeconfig); empty: in-cluster when KUBERNETES_SERVICE_HOST is set, else no API")
 	fs.StringVar(&n.LogFile, "log-file", "", "the calls' log file (config key logFile); empty: each call's log goes back to the runtime on stderr")
+	fs.StringVar(&n.PodResourcesSocket, "pod-resources-socket", netconf.DefaultPodResourcesSocket, "the kubelet's PodResources socket (config key podResourcesSocket)")
+	fs.StringVar(&n.DeviceCheckpoint, "device-checkpoint", netconf.DefaultDeviceCheckpoint, "the kubelet's device checkpoint, read when the socket is absent (config key deviceCheckpoint)")
+	fs.StringVar(&n.DeviceInfoDir, "device-info-dir", netconf.DefaultDeviceInfoDir, "the Device Info spec's directory (config key deviceInfoDir)")
 }
 
 // keys lists each node key: its config name, its flag, and the field.
@@ -41,6 +50,11 @@ func (n *NodePaths) keys(c *netconf.Config) []nodeKey {
 		{"confDir", "conf-dir", n.ConfDir, &c.ConfDir},
 		{"kubeconfig", "kubeconfig", n.Kubeconfig, &c.Kubeconfig},
 		{"logFile", "log-file", n.LogFile, &c.LogFile},
+		// Unset, these are the defaults: only logFile and kubeconfig mean
+		// something when empty.
+		{"podResourcesSocket", "pod-resources-socket", cmp.Or(n.PodResourcesSocket, netconf.DefaultPodResourcesSocket), &c.PodResourcesSocket},
+		{"deviceCheckpoint", "device-checkpoint", cmp.Or(n.DeviceCheckpoint, netconf.DefaultDeviceCheckpoint), &c.DeviceCheckpoint},
+		{"deviceInfoDir", "device-info-dir", cmp.Or(n.DeviceInfoDir, netconf.DefaultDeviceInfoDir), &c.DeviceInfoDir},
 	}
 }
 
@@ -75,12 +89,16 @@ func (n *NodePaths) apply(stdin []byte, conf *netconf.Config) error {
 		ConfDir    string `json:"confDir"`
 		Kubeconfig string `json:"kubeconfig"`
 		LogFile    string `json:"logFile"`
+
+		PodResourcesSocket string `json:"podResourcesSocket"`
+		DeviceCheckpoint   string `json:"deviceCheckpoint"`
+		DeviceInfoDir      string `json:"deviceInfoDir"`
 	}
 	// ParseConfig has decoded the same bytes into the same string fields.
 	if err := json.Unmarshal(stdin, &raw); err != nil {
 		return netconf.Invalid("invalid manifold config: %v", err)
 	}
-	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile}
+	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.PodResourcesSocket, raw.DeviceCheckpoint, raw.DeviceInfoDir}
 	mine := n.keys(conf)
 	for i, k := range sent.keys(conf) {
 		d := mine[i]

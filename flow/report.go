@@ -32,6 +32,7 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 			c.log.Warn("build network status", "network", atts[i].DisplayName(), "error", err)
 			continue
 		}
+		st.DeviceInfo = deviceInfo(c, &atts[i])
 		statuses = append(statuses, st)
 	}
 	var wg sync.WaitGroup

@@ -29,6 +29,9 @@ type ObjectMeta struct {
 	Namespace       string `json:"namespace,omitempty"`
 	UID             string `json:"uid,omitempty"`
 	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Annotations carry a NAD's device-plugin resource
+	// (k8s.v1.cni.cncf.io/resourceName).
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // NetworkAttachmentDefinitionSpec holds the delegate's CNI config as a string.

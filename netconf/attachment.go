@@ -28,6 +28,15 @@ type Attachment struct {
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 	// DefaultRoute lists the gateways requested with "default-route" (DESIGN §6).
 	DefaultRoute []string `json:"defaultRoute,omitempty"`
+	// Resource is the device-plugin resource the network draws a device
+	// from (its NAD's k8s.v1.cni.cncf.io/resourceName), and DeviceID the
+	// device it was given (docs/devices.md). DEL needs neither from the
+	// kubelet: they are recorded.
+	Resource string `json:"resource,omitempty"`
+	DeviceID string `json:"deviceID,omitempty"`
+	// DeviceInfoFile is the attachment's Device Info file (the spec's CNI
+	// file), which DEL removes; "" when it has none.
+	DeviceInfoFile string `json:"deviceInfoFile,omitempty"`
 }
 
 // NewAttachment makes an attachment for n with no per-attachment settings.

@@ -20,6 +20,11 @@ const (
 	DefaultBinDir          = "/opt/cni/bin"
 	DefaultSystemNamespace = "kube-system"
 	DefaultGlobalNamespace = "default"
+	// The kubelet's PodResources socket and device checkpoint, and the
+	// Device Info spec's directory (docs/devices.md).
+	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultDeviceCheckpoint   = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+	DefaultDeviceInfoDir      = "/var/run/k8s.cni.cncf.io/devinfo"
 )
 
 // Defaults for the time bounds that manifold adds (docs/configuration.md).
@@ -64,6 +69,11 @@ type Config struct {
 	MultusNamespace        string            `json:"multusNamespace,omitempty"`
 	ReadinessIndicatorFile string            `json:"readinessindicatorfile,omitempty"`
 	RetryDeleteOnError     bool              `json:"retryDeleteOnError,omitempty"`
+	// Where a pod's devices come from, and where their Device Info files go
+	// (docs/devices.md).
+	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
+	DeviceCheckpoint   string `json:"deviceCheckpoint,omitempty"`
+	DeviceInfoDir      string `json:"deviceInfoDir,omitempty"`
 	// AllowedPluginTypes, when set, lists the plugin and IPAM types that a
 	// network from a NAD may use (docs/security.md); nil allows any type but
 	// the meta-plugins.
@@ -141,7 +151,11 @@ func (c *Config) validate() error {
 	setDefault(&c.CNIDir, DefaultCNIDir)
 	setDefault(&c.BinDir, DefaultBinDir)
 	setDefault(&c.MultusNamespace, DefaultSystemNamespace)
-	for key, p := range map[string]string{"confDir": c.ConfDir, "cniDir": c.CNIDir, "binDir": c.BinDir} {
+	setDefault(&c.PodResourcesSocket, DefaultPodResourcesSocket)
+	setDefault(&c.DeviceCheckpoint, DefaultDeviceCheckpoint)
+	setDefault(&c.DeviceInfoDir, DefaultDeviceInfoDir)
+	for key, p := range map[string]string{"confDir": c.ConfDir, "cniDir": c.CNIDir, "binDir": c.BinDir,
+		"podResourcesSocket": c.PodResourcesSocket, "deviceCheckpoint": c.DeviceCheckpoint, "deviceInfoDir": c.DeviceInfoDir} {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("key %q: path %q is not absolute", key, p)
 		}

@@ -2,6 +2,7 @@ package nadv1
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ func TestWireCompatibleWithPlugin(t *testing.T) {
 	n := New("ns1", "macvlan-a", conf)
 	n.UID = "1234-5678"
 	n.ResourceVersion = "42"
+	n.Annotations = map[string]string{"k8s.v1.cni.cncf.io/resourceName": "intel.com/vf"}
 	b, err := json.Marshal(n)
 	if err != nil {
 		t.Fatal(err)
@@ -27,10 +29,11 @@ func TestWireCompatibleWithPlugin(t *testing.T) {
 	}
 	want := k8sclient.NetworkAttachmentDefinition{
 		APIVersion: "k8s.cni.cncf.io/v1", Kind: "NetworkAttachmentDefinition",
-		Metadata: k8sclient.ObjectMeta{Name: "macvlan-a", Namespace: "ns1", UID: "1234-5678", ResourceVersion: "42"},
-		Spec:     k8sclient.NetworkAttachmentDefinitionSpec{Config: conf},
+		Metadata: k8sclient.ObjectMeta{Name: "macvlan-a", Namespace: "ns1", UID: "1234-5678", ResourceVersion: "42",
+			Annotations: map[string]string{"k8s.v1.cni.cncf.io/resourceName": "intel.com/vf"}},
+		Spec: k8sclient.NetworkAttachmentDefinitionSpec{Config: conf},
 	}
-	if lean != want {
+	if !reflect.DeepEqual(lean, want) {
 		t.Errorf("plugin decodes\n%+v\nwant\n%+v\nfrom %s", lean, want, b)
 	}
 }
