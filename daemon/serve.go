@@ -100,6 +100,7 @@ func newDaemon(log *slog.Logger, hostRoot string, node *flow.NodePaths) *daemon 
 	apis := &apiCache{now: time.Now, build: flow.NewAPIClient}
 	d := &daemon{plugin: flow.NewShared(hostRoot, node, apis.get), log: log, busyWait: busyWait, shutdownTimeout: defaultShutdownTimeout, killWait: killWait,
 		now: time.Now, stuckAfter: func(t time.Duration) time.Duration { return 2*t + stuckSlack }}
+	d.plugin.SetPodDevices(podDevices)
 	d.base, d.cancelBase = context.WithCancelCause(context.Background())
 	d.setMaxCalls(defaultMaxCalls)
 	return d

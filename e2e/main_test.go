@@ -118,7 +118,9 @@ func buildManifoldOnce() (cleanup func()) {
 	root, err := controlplane.RepoRoot()
 	bin := filepath.Join(dir, "manifold")
 	if err == nil {
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/manifold")
+		// `manifold daemon` and the plugin's device queries run
+		// manifold-daemon from manifold's directory.
+		cmd := exec.Command("sh", "-c", "go build -o "+bin+" ./cmd/manifold && go build -o "+filepath.Join(dir, "manifold-daemon")+" ./cmd/manifold-daemon")
 		cmd.Dir = root
 		var out []byte
 		if out, err = cmd.CombinedOutput(); err != nil {

@@ -5,12 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/manifold-cni/manifold/devinfo"
 	"github.com/manifold-cni/manifold/netconf"
-	"github.com/manifold-cni/manifold/podresources"
 )
+
+// PodDevices returns the devices the kubelet allocated to a pod, by
+// resource, each list sorted, and where the answer came from (for the log).
+// The daemon asks in-process (podresources.Client); the thin plugin runs
+// `manifold-daemon pod-devices` (execPodDevices), so that its own binary
+// does not link gRPC, whose start-up every call would pay.
+type PodDevices func(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (devices map[string][]string, source string, err error)
+
+// SetPodDevices replaces how the plugin asks the kubelet for a pod's devices.
+func (p *Plugin) SetPodDevices(f PodDevices) { p.devices = f }
 
 // Capabilities under which a device reaches the plugins that declare them
 // (the CNI conventions), besides the top-level keys every plugin gets.
@@ -38,14 +51,14 @@ func (p *Plugin) assignDevices(ctx context.Context, c *call, atts []netconf.Atta
 			wanted = append(wanted, atts[i].Resource)
 		}
 	}
-	var pools podresources.Devices
+	var pools map[string][]string
 	if len(wanted) > 0 {
 		var err error
 		if pools, err = p.podDevices(ctx, c); err != nil {
 			return err
 		}
 		if pools == nil {
-			pools = podresources.Devices{}
+			pools = map[string][]string{}
 		}
 		for i := range atts { // an explicit device is nobody else's
 			if a := &atts[i]; a.Resource != "" && a.DeviceID != "" {
@@ -104,16 +117,48 @@ func (p *Plugin) handDevice(c *call, att *netconf.Attachment) error {
 // PodResources API, or, where that socket is absent, its device checkpoint.
 // A kubelet that cannot answer in time fails the ADD with code 11, so the
 // runtime tries again.
-func (p *Plugin) podDevices(ctx context.Context, c *call) (podresources.Devices, error) {
-	client := &podresources.Client{Socket: c.conf.PodResourcesSocket, Checkpoint: c.conf.DeviceCheckpoint}
-	defer client.Close()
-	pod := podresources.Pod{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}
-	devs, src, err := client.Devices(ctx, pod)
+func (p *Plugin) podDevices(ctx context.Context, c *call) (map[string][]string, error) {
+	ask := p.devices
+	if ask == nil {
+		ask = execPodDevices
+	}
+	devs, src, err := ask(ctx, c.conf, c.pod)
 	if err != nil {
 		return nil, netconf.TryAgainLater("ask the kubelet for the pod's devices: %v", err)
 	}
-	c.log.Info("devices from the kubelet", "source", string(src), "resources", len(devs))
+	c.log.Info("devices from the kubelet", "source", src, "resources", len(devs))
 	return devs, nil
+}
+
+// execPodDevices runs `manifold-daemon pod-devices` from manifold's own
+// directory (where manifold-install puts both) and reads its answer.
+func execPodDevices(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (map[string][]string, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("find manifold-daemon: %w", err)
+	}
+	bin := filepath.Join(filepath.Dir(self), "manifold-daemon")
+	cmd := exec.CommandContext(ctx, bin, "pod-devices", "--socket", conf.PodResourcesSocket, "--checkpoint", conf.DeviceCheckpoint,
+		"--namespace", pod.Namespace, "--name", pod.Name, "--uid", pod.UID)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, "", fmt.Errorf("run %s pod-devices: %v: %s", bin, err, strings.TrimSpace(stderr.String()))
+	}
+	// podresources.Answer, which this package does not import: it links gRPC.
+	var a struct {
+		Devices map[string][]string `json:"devices"`
+		Source  string              `json:"source"`
+		Error   string              `json:"error"`
+	}
+	if err := json.Unmarshal(out, &a); err != nil {
+		return nil, "", fmt.Errorf("read the answer of %s pod-devices: %w", bin, err)
+	}
+	if a.Error != "" {
+		return nil, a.Source, errors.New(a.Error)
+	}
+	return a.Devices, a.Source, nil
 }
 
 // copyDeviceInfo is the runner's Prepare: before att's delegate runs, and

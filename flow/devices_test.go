@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/podresources"
 	"github.com/manifold-cni/manifold/podresources/podresourcestest"
 )
 
@@ -68,7 +69,14 @@ func TestAssignDevices(t *testing.T) {
 		{Name: "b", Devices: []podresourcestest.Device{{Resource: "intel.com/vf", ID: "0000:03:02.2"}, {Resource: "nvidia.com/nic", ID: "mlx-9"}}},
 	}}
 	kubelet := podresourcestest.Start(t, pod)
-	p := &Plugin{}
+	// In-process, as the daemon asks; the thin plugin's exec of
+	// manifold-daemon is e2e TestDevices' "thin" half.
+	p := &Plugin{devices: func(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (map[string][]string, string, error) {
+		c := &podresources.Client{Socket: conf.PodResourcesSocket, Checkpoint: conf.DeviceCheckpoint}
+		defer c.Close()
+		devs, src, err := c.Devices(ctx, podresources.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
+		return devs, string(src), err
+	}}
 
 	t.Run("two networks on one resource, one on another", func(t *testing.T) {
 		c := deviceCall(t, kubelet.Socket, "")

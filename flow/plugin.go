@@ -35,6 +35,8 @@ type Plugin struct {
 	// node is the daemon's node paths (--bin-dir, ...), which override the
 	// request's config; nil in the binary, whose config is the runtime's own.
 	node *NodePaths
+	// devices asks the kubelet for a pod's devices; nil: execPodDevices.
+	devices PodDevices
 	// onTimeout, in a daemon call, learns the call's callTimeout once its
 	// config is parsed, for the liveness probe; nil otherwise.
 	onTimeout func(time.Duration)

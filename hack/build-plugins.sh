@@ -33,6 +33,8 @@ if [ ! -f "$dir/.complete" ]; then
   go build -trimpath -o "$dir/cnitool" github.com/containernetworking/cni/cnitool
   touch "$dir/.complete"
 fi
-# The gate test plugin is ours and changes with the tree: always rebuild (cheap).
+# The gate and recorder test plugins are ours and change with the tree: always
+# rebuild them (cheap).
 go build -trimpath -o "$dir/gate.tmp" ./internal/testenv/gate && mv "$dir/gate.tmp" "$dir/gate"
+go build -trimpath -o "$dir/recorder.tmp" ./internal/testenv/recorder && mv "$dir/recorder.tmp" "$dir/recorder"
 echo "$dir"

@@ -5,13 +5,14 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"runtime"
+	"syscall"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -23,10 +24,10 @@ func init() {
 }
 
 func main() {
-	// The runtime runs a CNI plugin with no arguments; thick mode's node
-	// daemon is this binary run as "manifold daemon".
+	// The runtime runs a CNI plugin with no arguments; "manifold daemon"
+	// is thick mode's node daemon, a binary of its own beside this one.
 	if len(os.Args) > 1 && os.Args[1] == "daemon" {
-		os.Exit(daemon.Run(os.Args[2:]))
+		os.Exit(runDaemon(os.Args[2:]))
 	}
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())
@@ -41,5 +42,20 @@ func main() {
 func refuseNested() int {
 	err := types.NewError(types.ErrInvalidNetworkConfig, "manifold refuses to run as a delegate of manifold ("+netconf.NestedEnv+" is set): a network's plugin or IPAM type named a meta-plugin", "")
 	err.Print()
+	return 1
+}
+
+// runDaemon becomes manifold-daemon from this binary's directory, with the
+// same arguments: `manifold daemon` is how the DaemonSets and the docs start
+// the daemon. It returns only if that cannot be done.
+func runDaemon(args []string) int {
+	self, err := os.Executable()
+	if err != nil {
+		os.Stderr.WriteString("manifold daemon: find manifold-daemon: " + err.Error() + "\n")
+		return 1
+	}
+	bin := filepath.Join(filepath.Dir(self), "manifold-daemon")
+	err = syscall.Exec(bin, append([]string{bin}, args...), os.Environ())
+	os.Stderr.WriteString("manifold daemon: run " + bin + ": " + err.Error() + "\n")
 	return 1
 }
