@@ -29,6 +29,7 @@ type Options struct {
 
 	Binary              string        // the manifold binary to install; empty skips the copy
 	ShimBinary          string        // the manifold-shim binary to install; empty skips the copy (ParseFlags defaults it in thick mode)
+	DaemonBinary        string        // the manifold-daemon binary to install beside manifold; empty: the one beside Binary, if there is one
 	DaemonSocket        string        // the node daemon's socket as the host sees it; set, it selects thick mode
 	ConfigFile          string        // a user-supplied config, copied as is; empty generates one
 	ConfigName          string        // file name of the config written into CNIConfDir
@@ -75,8 +76,9 @@ const (
 	// The names the binaries get in the CNI bin dir. A config's "type" is the
 	// file name the runtime runs, and the shim looks for its fallback under
 	// binaryName next to itself.
-	binaryName     = "manifold"
-	shimBinaryName = "manifold-shim"
+	binaryName       = "manifold"
+	shimBinaryName   = "manifold-shim"
+	daemonBinaryName = "manifold-daemon"
 	// maxSocketPath is the longest unix socket path Linux accepts: sun_path
 	// is 108 bytes, and the path is NUL-terminated.
 	maxSocketPath = 107
@@ -131,6 +133,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.HostCNIBinDir, "host-cni-bin-dir", o.HostCNIBinDir, "the CNI bin dir as the host sees it (manifold's binDir)")
 	fs.StringVar(&o.HostCNIConfDir, "host-cni-conf-dir", o.HostCNIConfDir, "the CNI conf dir as the host sees it (for paths written into the config)")
 	fs.StringVar(&o.Binary, "binary", o.Binary, "the manifold binary to copy into the CNI bin dir; empty skips the copy")
+	fs.StringVar(&o.DaemonBinary, "daemon-binary", o.DaemonBinary, "the manifold-daemon binary to copy into the CNI bin dir beside manifold, which runs it to ask the kubelet for a pod's devices; empty: manifold-daemon beside --binary, if there is one")
 	fs.StringVar(&o.ShimBinary, "shim-binary", o.ShimBinary, "the manifold-shim binary to copy into the CNI bin dir; empty skips the copy (default "+DefaultShimBinary+" with --daemon-socket, else empty)")
 	fs.StringVar(&o.DaemonSocket, "daemon-socket", o.DaemonSocket, "thick mode: the manifold daemon's unix socket as the host sees it; the config then runs manifold-shim, which calls the daemon there")
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "install this CNI config as is instead of generating one")

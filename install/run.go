@@ -114,6 +114,19 @@ func (in *installer) installBinaries() error {
 	if err := in.installBinary(in.o.Binary, binaryName); err != nil {
 		return err
 	}
+	// manifold runs manifold-daemon from its own directory, for `manifold
+	// daemon` and to ask the kubelet for a pod's devices (docs/devices.md).
+	daemonBin := in.o.DaemonBinary
+	if daemonBin == "" && in.o.Binary != "" {
+		daemonBin = filepath.Join(filepath.Dir(in.o.Binary), daemonBinaryName)
+		if _, err := os.Stat(daemonBin); err != nil {
+			in.log.Warn("no manifold-daemon beside manifold; pods whose networks draw a device will fail on this node in thin mode", "looked", daemonBin)
+			daemonBin = ""
+		}
+	}
+	if err := in.installBinary(daemonBin, daemonBinaryName); err != nil {
+		return err
+	}
 	return in.installBinary(in.o.ShimBinary, shimBinaryName)
 }
 
