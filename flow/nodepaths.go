@@ -22,6 +22,9 @@ type NodePaths struct {
 	ConfDir    string
 	Kubeconfig string
 	LogFile    string
+	// MultusCNIDir is where DEL, CHECK and GC read, and remove, what Multus
+	// left (config key multusCNIDir); "none" turns that off.
+	MultusCNIDir string
 }
 
 // RegisterFlags adds the daemon's flags for the node paths to fs.
@@ -31,6 +34,7 @@ func (n *NodePaths) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&n.ConfDir, "conf-dir", netconf.DefaultConfDir, "where networks named by name are looked up (config key confDir)")
 	fs.StringVar(&n.Kubeconfig, "kubeconfig", "", "the API server's kubeconfig (config key kubeconfig); empty: in-cluster when KUBERNETES_SERVICE_HOST is set, else no API")
 	fs.StringVar(&n.LogFile, "log-file", "", "the calls' log file (config key logFile); empty: each call's log goes back to the runtime on stderr")
+	fs.StringVar(&n.MultusCNIDir, "multus-cni-dir", netconf.DefaultMultusCNIDir, "Multus's cniDir, where DEL, CHECK and GC read what Multus attached (config key multusCNIDir); \"none\" turns that off")
 }
 
 // keys lists each node key: its config name, its flag, and the field.
@@ -41,6 +45,7 @@ func (n *NodePaths) keys(c *netconf.Config) []nodeKey {
 		{"confDir", "conf-dir", n.ConfDir, &c.ConfDir},
 		{"kubeconfig", "kubeconfig", n.Kubeconfig, &c.Kubeconfig},
 		{"logFile", "log-file", n.LogFile, &c.LogFile},
+		{"multusCNIDir", "multus-cni-dir", n.MultusCNIDir, &c.MultusCNIDir},
 	}
 }
 
@@ -52,7 +57,7 @@ type nodeKey struct {
 // Validate checks the flags: every path that is set is absolute.
 func (n *NodePaths) Validate() error {
 	for _, k := range n.keys(&netconf.Config{}) {
-		if k.daemon != "" && !filepath.IsAbs(k.daemon) {
+		if k.daemon != "" && k.daemon != netconf.MultusCNIDirOff && !filepath.IsAbs(k.daemon) {
 			return fmt.Errorf("--%s %q is not an absolute path", k.flag, k.daemon)
 		}
 	}
@@ -75,12 +80,15 @@ func (n *NodePaths) apply(stdin []byte, conf *netconf.Config) error {
 		ConfDir    string `json:"confDir"`
 		Kubeconfig string `json:"kubeconfig"`
 		LogFile    string `json:"logFile"`
+		// multusCNIDir as sent; ParseConfig has put the default into the
+		// parsed config, so the raw value tells "not set".
+		MultusCNIDir string `json:"multusCNIDir"`
 	}
 	// ParseConfig has decoded the same bytes into the same string fields.
 	if err := json.Unmarshal(stdin, &raw); err != nil {
 		return netconf.Invalid("invalid manifold config: %v", err)
 	}
-	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile}
+	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.MultusCNIDir}
 	mine := n.keys(conf)
 	for i, k := range sent.keys(conf) {
 		d := mine[i]
