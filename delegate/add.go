@@ -137,7 +137,7 @@ func (r *Runner) addOne(ctx context.Context, rec *scratch.Record, att *netconf.A
 // the caller returns the ADD's own error, which is what the runtime needs to see.
 func (r *Runner) rollback(ctx context.Context, rec *scratch.Record, last int) {
 	for i := last; i >= 0; i-- {
-		if err := r.delBounded(ctx, rec, &rec.Attachments[i]); err != nil {
+		if err := r.delBounded(ctx, rec, &rec.Attachments[i], r.Store.Path(rec.ContainerID)); err != nil {
 			r.Log.Error("rollback: delete failed", "network", rec.Attachments[i].DisplayName(), AttachmentIfnameKey, rec.Attachments[i].IfName, "error", err)
 		}
 	}

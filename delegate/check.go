@@ -8,19 +8,34 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
 )
 
 // Check runs CHECK for every recorded attachment with its cached result. libcni
 // skips a network with disableCheck; a network below cniVersion 0.4.0 has no CHECK
 // and is skipped here. A container with no record fails: the runtime asked about an
 // attachment we do not know.
+//
+// A container with no record of manifold's that Multus attached is checked
+// from Multus's record and cache (checkMultus).
 func (r *Runner) Check(ctx context.Context, containerID, netns string) error {
+	return r.CheckWith(ctx, containerID, netns, "", "")
+}
+
+// CheckWith is Check with the call's CNI_IFNAME and manifold's cniVersion,
+// which reading Multus's record may need.
+func (r *Runner) CheckWith(ctx context.Context, containerID, netns, ifName, cniVersion string) error {
 	l, err := r.lock(ctx, containerID)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock(false)
 	rec, err := r.Store.Load(containerID)
+	if (err != nil && !errors.Is(err, scratch.ErrUnknownVersion)) || (err == nil && rec == nil) {
+		if found, merr := r.checkMultus(ctx, containerID, netns, ifName, cniVersion); found {
+			return merr
+		}
+	}
 	if err != nil {
 		return err
 	}

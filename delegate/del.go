@@ -3,9 +3,6 @@ package delegate
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"sort"
 
 	"github.com/containernetworking/cni/libcni"
@@ -30,6 +27,9 @@ type DelRequest struct {
 	// resolved. The CNI spec requires DEL to be idempotent, so a DEL of a
 	// network that holds nothing for the container is safe.
 	Fallback func(ctx context.Context) *netconf.Attachment
+	// CNIVersion is manifold's own cniVersion, given to a config of Multus's
+	// that has none, as Multus did.
+	CNIVersion string
 }
 
 // Del detaches everything attached to a container, in reverse order, and keeps
@@ -38,14 +38,18 @@ type DelRequest struct {
 // It works from the scratch record; with no record, or a damaged one, or one of
 // a format version this manifold cannot read, it works from the libcni cache of
 // the delegates' results, which libcni writes after every successful ADD of a
-// delegate. With neither, it DELs what req.Fallback gives (the default
-// network), or nothing.
+// delegate. Where manifold has no usable record, it reads Multus's (in
+// cniDir, then in MultusDir) and DELs what Multus attached (delMultus). With
+// none of these, it DELs what req.Fallback gives (the default network), or
+// nothing.
 //
 // It returns an error only when a delegate's DEL failed: a retry by the runtime can
 // then help, because the failed delegate's cache entry survives (libcni removes it
 // only on success), and with retryDeleteOnError the record survives too. A
 // record of an unknown version survives such a failure too: a manifold of its
-// version can still read it.
+// version can still read it. An attachment that is known and cannot be
+// deleted (no config that parses) fails DEL too, after everything else was
+// deleted, with a LeftBehindError, and the file that names it is kept.
 func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	l, err := r.lock(ctx, req.ContainerID)
 	if err != nil {
@@ -64,6 +68,23 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 		r.Log.Warn("scratch record unusable, deleting from the libcni cache", "error", loadErr)
 		rec = nil
 	}
+	var foreignErrs []error
+	foreign := false
+	if rec == nil && !unknownVersion {
+		for _, dir := range r.multusDirs() {
+			found, err := r.delMultus(ctx, req, dir)
+			if err != nil {
+				foreignErrs = append(foreignErrs, err)
+			}
+			if found && dir == r.Store.Dir {
+				// Multus's record in manifold's own cniDir: its cache is
+				// manifold's cache, and delMultus did all there is.
+				l.Unlock(err == nil)
+				return err
+			}
+			foreign = foreign || found
+		}
+	}
 	if rec == nil {
 		rec = &scratch.Record{ContainerID: req.ContainerID, RuntimeArgs: req.RuntimeArgs}
 	}
@@ -81,13 +102,25 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	if cacheErr != nil {
 		r.Log.Warn("read libcni cache", "error", cacheErr)
 	}
+	// A recorded config that does not parse is taken from the cache, when the
+	// cache has it.
+	atts = fillFromCache(atts, cached)
 	// Anything the cache knows that the record does not (a damaged record, or a
 	// record that is missing) is deleted too, after the recorded ones.
-	atts = append(missingFrom(atts, cached), atts...)
-	if len(atts) == 0 && req.Fallback != nil {
+	extra := missingFrom(atts, cached)
+	files := make([]string, 0, len(extra)+len(atts))
+	for i := range extra {
+		files = append(files, cacheFile(r.Store.Dir, req.ContainerID, &extra[i]))
+	}
+	for range atts {
+		files = append(files, r.Store.Path(req.ContainerID))
+	}
+	atts = append(extra, atts...)
+	if len(atts) == 0 && !foreign && req.Fallback != nil {
 		if att := req.Fallback(ctx); att != nil {
 			r.Log.Info("nothing recorded or cached for the container; deleting the default network as the config names it", "network", att.DisplayName())
 			atts = []netconf.Attachment{*att}
+			files = []string{"the config (fallback)"}
 		}
 	}
 
@@ -99,49 +132,42 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	r.expect("DEL", rec, order)
 	defer r.Prestart.Close()
 	var errs []error
-	for _, att := range order {
-		if err := r.delBounded(ctx, rec, att); err != nil {
+	leftInRecord := false
+	for i, att := range order {
+		file := files[len(atts)-1-i]
+		if err := r.delBounded(ctx, rec, att, file); err != nil {
 			errs = append(errs, err)
+			var lb *LeftBehindError
+			leftInRecord = leftInRecord || (errors.As(err, &lb) && file == r.Store.Path(req.ContainerID))
 		}
 	}
-	keep := r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0
+	// A record that names an attachment left behind is kept: it is what
+	// tells the admin, and every retry, about it.
+	keep := (r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0) || leftInRecord
 	if len(errs) > 0 && (keep || unknownVersion) {
 		l.Unlock(false)
-		return errors.Join(errs...)
+		return errors.Join(append(foreignErrs, errs...)...)
 	}
 	if err := r.Store.Remove(req.ContainerID); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(foreignErrs, errs...)
 	l.Unlock(len(errs) == 0)
 	return errors.Join(errs...)
 }
 
-// delBounded is delOne with a budget of its own (undoContext).
-func (r *Runner) delBounded(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) error {
+// delBounded is delOne with a budget of its own (undoContext). file is the
+// record or cache entry the attachment comes from, for a LeftBehindError.
+func (r *Runner) delBounded(ctx context.Context, rec *scratch.Record, att *netconf.Attachment, file string) error {
 	dctx, cancel := r.undoContext(ctx)
 	defer cancel()
-	return r.delOne(dctx, rec, att)
+	return r.delOne(dctx, rec, att, file)
 }
 
-func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment) error {
-	list, err := confList(att)
-	if err != nil {
-		// A config we cannot parse cannot be retried into parsing either.
-		r.Log.Error("skip delete of unparseable network", "network", att.DisplayName(), "error", err)
-		return nil
-	}
-	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
-	if err := r.CNI.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
-		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
-	}
-	// The attachment's Device Info file goes with it (the record names it;
-	// nothing is asked of the kubelet).
-	if f := att.DeviceInfoFile; f != "" {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("delete network %s from %s: remove its device info file: %w", att.DisplayName(), att.IfName, err)
-		}
-	}
-	return nil
+// delOne DELs one attachment. A config that does not parse cannot be retried
+// into parsing: it is a LeftBehindError, never a silent success.
+func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment, file string) error {
+	return r.delWith(ctx, r.CNI, rec, att, file)
 }
 
 // cachedAttachments turns the libcni cache entries of a container into
@@ -163,6 +189,14 @@ func (r *Runner) cachedAttachments(containerID, ifName string) ([]netconf.Attach
 
 func fromCache(c *libcni.NetworkAttachment) netconf.Attachment {
 	a := netconf.Attachment{Network: c.Network, IfName: c.IfName, Config: c.Config, RuntimeConfig: c.CapabilityArgs}
+	// libcni caches a single plugin's config as it ran (a plugin that another
+	// meta-plugin, or an older manifold, ran with DelNetwork); libcni's
+	// DelNetworkList needs it as a list of one.
+	if _, err := confList(&a); err != nil {
+		if n, err := netconf.ParseNetwork(c.Config, c.Network); err == nil {
+			a.Config = n.Bytes
+		}
+	}
 	// The cached args are the ADD's full CNI_ARGS; DelegateArgs adds IgnoreUnknown
 	// again, so drop it here rather than send it twice.
 	for _, kv := range c.CniArgs {
@@ -171,6 +205,30 @@ func fromCache(c *libcni.NetworkAttachment) netconf.Attachment {
 		}
 	}
 	return a
+}
+
+// fillFromCache replaces the config of a recorded attachment that does not
+// parse with the cached one for the same network and interface, if that does.
+func fillFromCache(recorded, cached []netconf.Attachment) []netconf.Attachment {
+	out := recorded
+	for i := range recorded {
+		if _, err := confList(&recorded[i]); err == nil {
+			continue
+		}
+		for j := range cached {
+			c := &cached[j]
+			if c.Network != recorded[i].Network || c.IfName != recorded[i].IfName {
+				continue
+			}
+			if _, err := confList(c); err == nil {
+				if &out[0] == &recorded[0] {
+					out = append([]netconf.Attachment(nil), recorded...)
+				}
+				out[i].Config = c.Config
+			}
+		}
+	}
+	return out
 }
 
 // missingFrom returns the cached attachments that the recorded list lacks.

@@ -23,6 +23,8 @@ type GCRequest struct {
 	// Static are the other networks every pod gets (inline delegates after the
 	// first, defaultNetworks).
 	Static []netconf.Attachment
+	// CNIVersion is manifold's own, for Multus's records (DelRequest).
+	CNIVersion string
 }
 
 // GC removes every attachment that does not belong to a valid container
@@ -80,20 +82,28 @@ func (r *Runner) GC(ctx context.Context, req GCRequest) error {
 			stale[c.ContainerID] = true
 		}
 	}
+	// Multus's records (in cniDir and in MultusDir): a container the runtime
+	// does not list is DELed whoever attached it; a valid one's attachments
+	// count as known and valid below.
+	g := newGCNetworks(req.Valid)
+	known := map[string]bool{}
+	multusStale, multusErrs := r.gcMultus(validIDs, ids, req.CNIVersion, g, known)
+	errs = append(errs, multusErrs...)
+	for _, id := range multusStale {
+		stale[id] = true
+	}
 	for _, id := range sortedKeys(stale) {
-		if err := r.Del(ctx, DelRequest{ContainerID: id}); err != nil {
+		if err := r.Del(ctx, DelRequest{ContainerID: id, CNIVersion: req.CNIVersion}); err != nil {
 			errs = append(errs, fmt.Errorf("gc container %s: %w", id, err))
 		}
 	}
 
-	g := newGCNetworks(req.Valid)
 	if req.Default != nil {
 		g.add(req.Default)
 	}
 	for i := range req.Static {
 		g.add(&req.Static[i])
 	}
-	known := map[string]bool{}
 	for _, id := range ids {
 		if !validIDs[id] {
 			continue

@@ -43,6 +43,12 @@ type Runner struct {
 	UndoTimeout time.Duration
 	// RetryDeleteOnError keeps the record when a delegate DEL fails.
 	RetryDeleteOnError bool
+	// MultusDir is Multus's cniDir, where DEL, CHECK and GC read what Multus
+	// attached to a container that manifold has no record of; "" turns that
+	// off (Multus's records in cniDir are still read). CNIFor builds the
+	// libcni whose cache dir is MultusDir; nil turns MultusDir off too.
+	MultusDir string
+	CNIFor    func(cacheDir string) libcni.CNI
 	// Prestart, when set, is the Exec that CNI runs plugins with: ADD and
 	// DEL tell it the plugin calls to expect, so that it can start each
 	// process before its turn. CNI must then be a *libcni.CNIConfig.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
@@ -209,7 +210,14 @@ func TestDevices(t *testing.T) {
 			if in := e.recorded("plain", "net4"); in["deviceID"] != nil {
 				t.Errorf("a network with no resource got deviceID %v", in["deviceID"])
 			}
-			st, _ := e.status(pod)
+			// In thick mode the daemon writes the status just after it answers.
+			var st []networkStatus
+			for deadline := time.Now().Add(reportWait); ; time.Sleep(20 * time.Millisecond) {
+				var ok bool
+				if st, ok = e.status(pod); ok || time.Now().After(deadline) {
+					break
+				}
+			}
 			infos := map[string]string{}
 			for _, s := range st {
 				infos[s.Interface] = string(s.DeviceInfo)

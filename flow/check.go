@@ -10,5 +10,5 @@ func (p *Plugin) cmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	p.awaitReport(c)
-	return c.finish(c.runner.Check(c.ctx, args.ContainerID, args.Netns))
+	return c.finish(c.runner.CheckWith(c.ctx, args.ContainerID, args.Netns, args.IfName, c.conf.CNIVersion))
 }

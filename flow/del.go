@@ -3,10 +3,12 @@ package flow
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/manifold-cni/manifold/delegate"
+	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/scratch"
 )
@@ -39,13 +41,45 @@ func (p *Plugin) cmdDel(args *skel.CmdArgs) error {
 		NetNS:       args.Netns,
 		IfName:      args.IfName,
 		RuntimeArgs: c.cniArgs,
+		CNIVersion:  c.conf.CNIVersion,
 	}
 	if err == nil {
 		// With a bad environment there is no fallback: ADD would have refused
 		// it, and so would the plugins of a pod from before manifold.
 		req.Fallback = func(ctx context.Context) *netconf.Attachment { return p.fallbackNetwork(ctx, c) }
 	}
-	return c.finish(c.runner.Del(c.ctx, req))
+	err = c.runner.Del(c.ctx, req)
+	if left := delegate.LeftBehind(err); len(left) > 0 {
+		p.leftBehindEvent(c, left)
+	}
+	return c.finish(err)
+}
+
+// leftBehindEvent sends a Warning event to the pod for each attachment that DEL
+// knows it left behind. DEL needs no API server, and this does not change
+// that: the event is sent only when the pod is known (CNI_ARGS) and an API
+// client can be built from the config, within apiTimeout and at most 5s, and
+// a failure to send it is only logged. The DEL's own error, and the log line,
+// say the same in any case.
+func (p *Plugin) leftBehindEvent(c *call, left []*delegate.LeftBehindError) {
+	if c.pod.Name == "" || c.pod.Namespace == "" {
+		return
+	}
+	api, err := p.newAPI(c.conf)
+	if err != nil {
+		c.log.Debug("no Warning event for what DEL left behind: no API client", "error", err)
+		return
+	}
+	bound := min(c.conf.APITimeout, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	pod := &k8sclient.Pod{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}
+	for _, lb := range left {
+		if err := api.Event(ctx, pod, k8sclient.EventWarning, "ErrorDeletingInterface", lb.Error(), hostname(), p.now()); err != nil {
+			c.log.Warn("send event", "error", err)
+			return
+		}
+	}
 }
 
 // fallbackNetwork is what a DEL with neither a record nor a cache entry

@@ -33,7 +33,7 @@ func (p *Plugin) gc(c *call) error {
 		// Older runtimes send the key that an earlier spec draft named.
 		valid = in.Legacy
 	}
-	req := delegate.GCRequest{Valid: valid}
+	req := delegate.GCRequest{Valid: valid, CNIVersion: c.conf.CNIVersion}
 	// The node's static networks are forwarded GC even when no record names
 	// them, so their plugins can clean up what a record never reached. One
 	// that cannot be resolved (its NAD is missing, the API is down) is left

@@ -28,6 +28,9 @@ type NodePaths struct {
 	PodResourcesSocket string
 	DeviceCheckpoint   string
 	DeviceInfoDir      string
+	// MultusCNIDir is where DEL, CHECK and GC read, and remove, what Multus
+	// left (config key multusCNIDir); "none" turns that off.
+	MultusCNIDir string
 }
 
 // RegisterFlags adds the daemon's flags for the node paths to fs.
@@ -40,6 +43,7 @@ func (n *NodePaths) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&n.PodResourcesSocket, "pod-resources-socket", netconf.DefaultPodResourcesSocket, "the kubelet's PodResources socket (config key podResourcesSocket)")
 	fs.StringVar(&n.DeviceCheckpoint, "device-checkpoint", netconf.DefaultDeviceCheckpoint, "the kubelet's device checkpoint, read when the socket is absent (config key deviceCheckpoint)")
 	fs.StringVar(&n.DeviceInfoDir, "device-info-dir", netconf.DefaultDeviceInfoDir, "the Device Info spec's directory (config key deviceInfoDir)")
+	fs.StringVar(&n.MultusCNIDir, "multus-cni-dir", netconf.DefaultMultusCNIDir, "Multus's cniDir, where DEL, CHECK and GC read what Multus attached (config key multusCNIDir); \"none\" turns that off")
 }
 
 // keys lists each node key: its config name, its flag, and the field.
@@ -55,6 +59,7 @@ func (n *NodePaths) keys(c *netconf.Config) []nodeKey {
 		{"podResourcesSocket", "pod-resources-socket", cmp.Or(n.PodResourcesSocket, netconf.DefaultPodResourcesSocket), &c.PodResourcesSocket},
 		{"deviceCheckpoint", "device-checkpoint", cmp.Or(n.DeviceCheckpoint, netconf.DefaultDeviceCheckpoint), &c.DeviceCheckpoint},
 		{"deviceInfoDir", "device-info-dir", cmp.Or(n.DeviceInfoDir, netconf.DefaultDeviceInfoDir), &c.DeviceInfoDir},
+		{"multusCNIDir", "multus-cni-dir", n.MultusCNIDir, &c.MultusCNIDir},
 	}
 }
 
@@ -66,7 +71,7 @@ type nodeKey struct {
 // Validate checks the flags: every path that is set is absolute.
 func (n *NodePaths) Validate() error {
 	for _, k := range n.keys(&netconf.Config{}) {
-		if k.daemon != "" && !filepath.IsAbs(k.daemon) {
+		if k.daemon != "" && k.daemon != netconf.MultusCNIDirOff && !filepath.IsAbs(k.daemon) {
 			return fmt.Errorf("--%s %q is not an absolute path", k.flag, k.daemon)
 		}
 	}
@@ -93,12 +98,15 @@ func (n *NodePaths) apply(stdin []byte, conf *netconf.Config) error {
 		PodResourcesSocket string `json:"podResourcesSocket"`
 		DeviceCheckpoint   string `json:"deviceCheckpoint"`
 		DeviceInfoDir      string `json:"deviceInfoDir"`
+		// multusCNIDir as sent; ParseConfig has put the default into the
+		// parsed config, so the raw value tells "not set".
+		MultusCNIDir string `json:"multusCNIDir"`
 	}
 	// ParseConfig has decoded the same bytes into the same string fields.
 	if err := json.Unmarshal(stdin, &raw); err != nil {
 		return netconf.Invalid("invalid manifold config: %v", err)
 	}
-	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.PodResourcesSocket, raw.DeviceCheckpoint, raw.DeviceInfoDir}
+	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.PodResourcesSocket, raw.DeviceCheckpoint, raw.DeviceInfoDir, raw.MultusCNIDir}
 	mine := n.keys(conf)
 	for i, k := range sent.keys(conf) {
 		d := mine[i]

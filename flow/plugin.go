@@ -14,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -183,6 +184,8 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		LockTimeout:        conf.LockTimeout,
 		UndoTimeout:        conf.CallTimeout,
 		RetryDeleteOnError: conf.RetryDeleteOnError,
+		MultusDir:          conf.MultusDir(),
+		CNIFor:             func(dir string) libcni.CNI { return delegate.NewCNI(conf.BinDir, cniPath, dir, ex) },
 	}
 	if c.exec != nil && conf.PrestartDelegates() {
 		c.runner.Prestart = c.exec

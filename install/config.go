@@ -19,6 +19,12 @@ import (
 // other key stays the same, because the daemon, and the manifold binary that
 // the shim falls back to, read the config exactly as the thin plugin does.
 func GenerateConfig(p *Primary, o *Options) ([]byte, error) {
+	return generateConfig(p, o, nil)
+}
+
+// generateConfig is GenerateConfig with the keys carried over from Multus's config,
+// when the node is taken over from Multus (m non-nil).
+func generateConfig(p *Primary, o *Options, m *multusConfig) ([]byte, error) {
 	plugin := map[string]any{
 		"type":           o.pluginType(),
 		"clusterNetwork": filepath.Join(o.HostCNIConfDir, p.Name),
@@ -55,6 +61,9 @@ func GenerateConfig(p *Primary, o *Options) ([]byte, error) {
 	}
 	if len(o.DefaultNetworks.values) > 0 {
 		plugin["defaultNetworks"] = o.DefaultNetworks.values
+	}
+	if m != nil {
+		applyMultus(plugin, m, o)
 	}
 	extra, err := o.additional()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -29,8 +30,11 @@ type installer struct {
 	// that exact content is removed on exit: a config that the admin or a tool
 	// put there since is not ours to remove.
 	written []byte
-	lastErr string     // the last error logged, so a persisting one is logged once
-	locks   *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
+	lastErr string // the last error logged, so a persisting one is logged once
+	// multus is Multus's config found in the conf dir by the last reconcile
+	// (a node being taken over from Multus); nil when there is none.
+	multus *multusConfig
+	locks  *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
 }
 
 func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) string) error {
@@ -175,12 +179,17 @@ func (in *installer) reconcileConfig() error {
 		in.log.Info("wrote manifold config", "path", path, "from", source)
 	}
 	in.written = desired
-	return nil
+	// Multus's config goes out of the way only once manifold's is in place,
+	// so that the node is never without a config.
+	return in.disableMultus(in.multus)
 }
 
 // desiredConfig is the user's file as is, or the config generated from the
 // current primary. source names where it came from, for the log.
 func (in *installer) desiredConfig() (data []byte, source string, err error) {
+	if in.multus, err = findMultus(in.o.CNIConfDir); err != nil {
+		return nil, "", err
+	}
 	if in.o.ConfigFile != "" {
 		data, err := readCapped(in.o.ConfigFile)
 		if err != nil {
@@ -193,15 +202,26 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 		}
 		return data, in.o.ConfigFile, nil
 	}
-	p, err := FindPrimary(in.o.CNIConfDir, in.o.outputName())
+	var p *Primary
+	if in.multus.hasDefault() {
+		// Multus's config names the default network itself: it is the one
+		// the node's pods have, whatever else is in the conf dir.
+		p, err = multusPrimary(in.multus)
+	} else {
+		p, err = FindPrimary(in.o.CNIConfDir, in.o.outputName())
+	}
 	if err != nil {
 		return nil, "", err
 	}
-	data, err = GenerateConfig(p, in.o)
+	data, err = generateConfig(p, in.o, in.multus)
 	if err != nil {
 		return nil, "", err
 	}
-	return data, filepath.Join(in.o.CNIConfDir, p.Name), nil
+	source = filepath.Join(in.o.CNIConfDir, p.Name)
+	if in.multus != nil {
+		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(sortedKeyNames(in.multus.keys), ",") + "), primary " + source
+	}
+	return data, source, nil
 }
 
 // report logs a reconcile error once, until it changes or clears.

@@ -25,6 +25,12 @@ const (
 	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 	DefaultDeviceCheckpoint   = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 	DefaultDeviceInfoDir      = "/var/run/k8s.cni.cncf.io/devinfo"
+	// DefaultMultusCNIDir is Multus's own default cniDir: where DEL, CHECK and
+	// GC look for what Multus attached (docs/migration.md).
+	DefaultMultusCNIDir = "/var/lib/cni/multus"
+	// MultusCNIDirOff, as "multusCNIDir", turns the reading of Multus's
+	// records off.
+	MultusCNIDirOff = "none"
 )
 
 // Defaults for the time bounds that manifold adds (docs/configuration.md).
@@ -80,6 +86,10 @@ type Config struct {
 	AllowedPluginTypes []string `json:"allowedPluginTypes,omitempty"`
 	// RawPrestartDelegates is "prestartDelegates"; unset means true.
 	RawPrestartDelegates *bool `json:"prestartDelegates,omitempty"`
+	// MultusCNIDir is Multus's cniDir, read by DEL, CHECK and GC for the
+	// containers that manifold has no record of (a node taken over from
+	// Multus); "none" turns that off. MultusDir gives the effective value.
+	MultusCNIDir string `json:"multusCNIDir,omitempty"`
 
 	// RuntimeConfig carries the runtime's capability arguments (portMappings,
 	// bandwidth, ...). They go to the default network only.
@@ -124,6 +134,15 @@ func ParseConfig(stdin []byte) (*Config, error) {
 	return c, nil
 }
 
+// MultusDir is Multus's cniDir as DEL, CHECK and GC read it: "" when
+// "multusCNIDir" is "none".
+func (c *Config) MultusDir() string {
+	if c.MultusCNIDir == MultusCNIDirOff {
+		return ""
+	}
+	return c.MultusCNIDir
+}
+
 // PrestartDelegates reports whether a delegate's process may be started before
 // its turn, and given its config when the turn comes (docs/performance.md).
 func (c *Config) PrestartDelegates() bool {
@@ -150,6 +169,10 @@ func (c *Config) validate() error {
 	setDefault(&c.ConfDir, DefaultConfDir)
 	setDefault(&c.CNIDir, DefaultCNIDir)
 	setDefault(&c.BinDir, DefaultBinDir)
+	setDefault(&c.MultusCNIDir, DefaultMultusCNIDir)
+	if c.MultusCNIDir != MultusCNIDirOff && !filepath.IsAbs(c.MultusCNIDir) {
+		return fmt.Errorf("key \"multusCNIDir\": path %q is not absolute (\"none\" turns it off)", c.MultusCNIDir)
+	}
 	setDefault(&c.MultusNamespace, DefaultSystemNamespace)
 	setDefault(&c.PodResourcesSocket, DefaultPodResourcesSocket)
 	setDefault(&c.DeviceCheckpoint, DefaultDeviceCheckpoint)

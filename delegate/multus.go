@@ -1,0 +1,255 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/manifold-cni/manifold/multus"
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// LeftBehindError is an attachment that a DEL knows of and could not delete,
+// because neither the record nor the libcni cache gives a config it can run.
+// DEL deletes everything else first, keeps the file that names it, and fails
+// with this error, so that an admin cleans it up by hand (docs/migration.md).
+type LeftBehindError struct {
+	// Network is the NAD or the network name; "" when even that is unknown.
+	Network     string
+	IfName      string
+	ContainerID string
+	// File is the record or the cache entry that names the attachment.
+	File   string
+	Reason string
+}
+
+func (e *LeftBehindError) Error() string {
+	name := e.Network
+	if name == "" {
+		name = "(name unknown)"
+	}
+	return fmt.Sprintf("network %s (interface %q) of container %s is left behind: it cannot be deleted (%s); %s names it, and is kept until the attachment is cleaned up by hand and the file removed",
+		name, e.IfName, e.ContainerID, e.Reason, e.File)
+}
+
+// LeftBehind returns every LeftBehindError in err's tree.
+func LeftBehind(err error) []*LeftBehindError {
+	var out []*LeftBehindError
+	var walk func(error)
+	walk = func(err error) {
+		if err == nil {
+			return
+		}
+		if lb, ok := err.(*LeftBehindError); ok {
+			out = append(out, lb)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
+
+// multusDirs are the dirs where Multus's records are looked for, in order:
+// cniDir (an admin who gave manifold Multus's cniDir), then MultusDir.
+func (r *Runner) multusDirs() []string {
+	dirs := []string{r.Store.Dir}
+	if r.MultusDir != "" && filepath.Clean(r.MultusDir) != filepath.Clean(r.Store.Dir) && r.CNIFor != nil {
+		dirs = append(dirs, r.MultusDir)
+	}
+	return dirs
+}
+
+// cniFor is libcni with dir as its cache dir: libcni finds the cached results
+// of Multus's ADDs there, and removes each after its DEL.
+func (r *Runner) cniFor(dir string) libcni.CNI {
+	if dir == r.Store.Dir {
+		return r.CNI
+	}
+	return r.CNIFor(dir)
+}
+
+// loadMultus reads Multus's state for a container in dir. In cniDir only a
+// Multus record counts: cache entries alone there are manifold's own.
+func (r *Runner) loadMultus(dir, containerID, ifName, cniVersion string) (*multus.Record, error) {
+	m, err := multus.LoadWith(dir, containerID, multus.Options{IfName: ifName, CNIVersion: cniVersion})
+	if dir == r.Store.Dir && (m == nil || !m.HasRecord) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// delMultus tears down what Multus attached, as read from dir, in reverse
+// order, each attachment with the config and CNI_ARGS it was attached with,
+// and then removes Multus's record and cache entries. found is false when dir
+// holds nothing for the container. When a delegate's DEL failed, or something
+// is left behind, Multus's files are kept: a retry DELs again from them, and
+// the error names what is left.
+func (r *Runner) delMultus(ctx context.Context, req DelRequest, dir string) (found bool, err error) {
+	m, loadErr := r.loadMultus(dir, req.ContainerID, req.IfName, req.CNIVersion)
+	if m == nil && loadErr == nil {
+		return false, nil
+	}
+	log := r.Log.With("multusDir", dir)
+	var errs []error
+	if m != nil {
+		for _, w := range m.Warnings {
+			log.Warn("Multus's state: " + w)
+		}
+		rec := &scratch.Record{ContainerID: req.ContainerID, NetNS: req.NetNS, RuntimeArgs: m.RuntimeArgs}
+		if rec.NetNS == "" {
+			rec.NetNS = m.NetNS
+		}
+		if netnsGone(rec.NetNS) {
+			rec.NetNS = ""
+		}
+		if rec.RuntimeArgs == nil {
+			rec.RuntimeArgs = req.RuntimeArgs
+		}
+		cni := r.cniFor(dir)
+		for i := len(m.Attachments) - 1; i >= 0; i-- {
+			att, o := &m.Attachments[i], m.Origins[i]
+			log.Info("deleting an attachment of Multus", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName, "configFrom", string(o.Source), "file", o.File)
+			dctx, cancel := r.undoContext(ctx)
+			err := r.delWith(dctx, cni, rec, att, o.File)
+			cancel()
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, u := range m.Unexplained {
+			errs = append(errs, &LeftBehindError{Network: u.Network, IfName: u.IfName, ContainerID: req.ContainerID, File: u.File, Reason: u.Reason})
+		}
+	}
+	if loadErr != nil {
+		errs = append(errs, &LeftBehindError{ContainerID: req.ContainerID, File: filepath.Join(dir, req.ContainerID), Reason: "Multus's record cannot be read: " + loadErr.Error()})
+	}
+	if len(errs) > 0 {
+		log.Warn("Multus's record and cache entries are kept", "error", errors.Join(errs...))
+		return true, errors.Join(errs...)
+	}
+	if err := multus.Remove(dir, req.ContainerID); err != nil {
+		return true, err
+	}
+	log.Info("deleted every attachment of Multus; removed its record and cache entries", "attachments", len(m.Attachments))
+	return true, nil
+}
+
+// checkMultus runs CHECK for what Multus attached, with Multus's cached
+// results. found is false when no dir holds anything for the container.
+func (r *Runner) checkMultus(ctx context.Context, containerID, netns, ifName, cniVersion string) (found bool, err error) {
+	for _, dir := range r.multusDirs() {
+		m, loadErr := r.loadMultus(dir, containerID, ifName, cniVersion)
+		if m == nil && loadErr == nil {
+			continue
+		}
+		if loadErr != nil {
+			return true, netconf.Invalid("check container %s: %v", containerID, loadErr)
+		}
+		if err := m.UnexplainedError(); err != nil {
+			return true, netconf.Invalid("check %v", err)
+		}
+		rec := &scratch.Record{ContainerID: containerID, NetNS: netns, RuntimeArgs: m.RuntimeArgs}
+		cni := r.cniFor(dir)
+		for i := range m.Attachments {
+			att := &m.Attachments[i]
+			list, err := confList(att)
+			if err != nil {
+				return true, netconf.Invalid("%v", err)
+			}
+			if ok, _ := version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0"); !ok {
+				continue
+			}
+			if err := cni.CheckNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
+				if errors.Is(err, libcni.ErrorCheckNotSupp) {
+					continue
+				}
+				return true, wrapDelegateError(err, "check network %s on %s (attached by Multus)", att.DisplayName(), att.IfName)
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// gcMultus adds to g what valid containers that Multus attached hold, so
+// that the delegates' GC keeps it, and returns the IDs of the containers
+// that Multus attached and the runtime no longer lists.
+func (r *Runner) gcMultus(validIDs map[string]bool, manifoldIDs []string, cniVersion string, g *gcNetworks, known map[string]bool) (stale []string, errs []error) {
+	hasRecord := make(map[string]bool, len(manifoldIDs))
+	for _, id := range manifoldIDs {
+		hasRecord[id] = true
+	}
+	for _, dir := range r.multusDirs() {
+		ids, err := multus.List(dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gc: %w", err))
+		}
+		for _, id := range ids {
+			if !validIDs[id] {
+				if dir != r.Store.Dir { // cniDir's are manifold's stale IDs already
+					stale = append(stale, id)
+				}
+				continue
+			}
+			if dir == r.Store.Dir && !hasRecord[id] {
+				continue // only cache entries: manifold's own, taken from the cache
+			}
+			m, err := r.loadMultus(dir, id, "", cniVersion)
+			if m == nil || err != nil || len(m.Unexplained) > 0 {
+				if m != nil || err != nil {
+					r.Log.Warn("gc: Multus's record of a valid container cannot be read in full; it counts as unknown", "container", id, "multusDir", dir, "error", errors.Join(err, m.UnexplainedError()))
+				}
+				continue
+			}
+			known[id] = true
+			for i := range m.Attachments {
+				a := &m.Attachments[i]
+				g.add(a)
+				g.valid(a.Network, id, a.IfName)
+			}
+		}
+	}
+	return stale, errs
+}
+
+// delWith is delOne with another libcni (Multus's cache dir). file names the
+// record or the cache entry the attachment was read from.
+func (r *Runner) delWith(ctx context.Context, cni libcni.CNI, rec *scratch.Record, att *netconf.Attachment, file string) error {
+	list, err := confList(att)
+	if err != nil {
+		return &LeftBehindError{Network: att.DisplayName(), IfName: att.IfName, ContainerID: rec.ContainerID, File: file, Reason: strings.TrimPrefix(err.Error(), "parse config of network "+att.DisplayName()+": ")}
+	}
+	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
+	if err := cni.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
+		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
+	}
+	// The attachment's Device Info file goes with it (the record names it;
+	// nothing is asked of the kubelet).
+	if f := att.DeviceInfoFile; f != "" {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("delete network %s from %s: remove its device info file: %w", att.DisplayName(), att.IfName, err)
+		}
+	}
+	return nil
+}
+
+// cacheFile is libcni's cache entry for an attachment under cacheDir.
+func cacheFile(cacheDir, containerID string, att *netconf.Attachment) string {
+	return filepath.Join(cacheDir, "results", att.Network+"-"+containerID+"-"+att.IfName)
+}

@@ -1,0 +1,204 @@
+package install
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// MultusDisabledSuffix is appended to the name of Multus's config when the
+// installer takes a node over from Multus: the runtime loads only .conf,
+// .conflist and .json files, so the renamed file can never be loaded again by
+// accident, and it stays next to manifold's for the way back
+// (docs/migration.md).
+const MultusDisabledSuffix = ".disabled-by-manifold"
+
+// multusCarried are the keys of Multus's config that mean the same thing in
+// manifold's, carried over as they are. Left out on purpose: "kubeconfig"
+// (Multus's ServiceAccount, which goes away with Multus; manifold writes its
+// own), "binDir" (the installer's --host-cni-bin-dir, where it puts manifold),
+// "logFile" (Multus's file name; --log-file decides), and Multus's own keys
+// that manifold has no use for (socketDir, daemonSocketDir, ...). "cniDir"
+// becomes "multusCNIDir": it is where Multus's records of the running pods are.
+var multusCarried = []string{
+	"clusterNetwork", "defaultNetworks", "delegates", "systemNamespaces", "multusNamespace",
+	"namespaceIsolation", "globalNamespaces", "readinessindicatorfile", "logLevel",
+	"logToStderr", "logOptions", "retryDeleteOnError", "confDir",
+}
+
+// multusConfig is what the installer takes from Multus's config.
+type multusConfig struct {
+	file       string         // the file it was read from (maybe already renamed)
+	active     []string       // Multus configs the runtime could still load
+	keys       map[string]any // carried over
+	cniVersion string
+	caps       map[string]bool
+}
+
+// hasDefault says whether Multus's config names the default network itself.
+func (m *multusConfig) hasDefault() bool {
+	return m != nil && (m.keys["clusterNetwork"] != nil || m.keys["delegates"] != nil)
+}
+
+// findMultus looks for Multus's config in dir: a .conf/.conflist/.json whose
+// plugin is multus or multus-shim, or one that an earlier run renamed. The
+// keys come from the alphabetically first loadable one (the one the runtime
+// used), else from the first renamed one, so that a second run gives the same
+// config as the first. nil when there is none.
+func findMultus(dir string) (*multusConfig, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list CNI conf dir %s: %w", dir, err)
+	}
+	var active, disabled []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			continue
+		}
+		switch {
+		case isConfigFile(name):
+			active = append(active, name)
+		case strings.HasSuffix(name, MultusDisabledSuffix) && isConfigFile(strings.TrimSuffix(name, MultusDisabledSuffix)):
+			disabled = append(disabled, name)
+		}
+	}
+	sort.Strings(active)
+	sort.Strings(disabled)
+	var m *multusConfig
+	for _, names := range [][]string{active, disabled} {
+		for _, name := range names {
+			data, err := readCapped(filepath.Join(dir, name))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			c, ok := parseMultus(strings.TrimSuffix(name, MultusDisabledSuffix), data)
+			if !ok {
+				continue
+			}
+			if m == nil {
+				m = c
+				m.file = name
+			}
+			if isConfigFile(name) {
+				m.active = append(m.active, name)
+			}
+		}
+	}
+	return m, nil
+}
+
+// parseMultus reads a Multus config: a single plugin of type multus or
+// multus-shim, or a conflist whose first plugin is.
+func parseMultus(name string, data []byte) (*multusConfig, bool) {
+	var top map[string]any
+	if json.Unmarshal(data, &top) != nil {
+		return nil, false
+	}
+	plugin := top
+	if filepath.Ext(name) == ".conflist" {
+		ps, _ := top["plugins"].([]any)
+		if len(ps) == 0 {
+			return nil, false
+		}
+		plugin, _ = ps[0].(map[string]any)
+	}
+	if plugin == nil || (plugin["type"] != "multus" && plugin["type"] != "multus-shim") {
+		return nil, false
+	}
+	m := &multusConfig{keys: map[string]any{}, caps: map[string]bool{}}
+	m.cniVersion, _ = top["cniVersion"].(string)
+	for _, k := range multusCarried {
+		if v, ok := plugin[k]; ok && v != nil && v != "" {
+			m.keys[k] = v
+		}
+	}
+	if v, ok := plugin["cniDir"].(string); ok && v != "" {
+		m.keys["multusCNIDir"] = v
+	}
+	if caps, ok := plugin["capabilities"].(map[string]any); ok {
+		for c, on := range caps {
+			if on == true {
+				m.caps[c] = true
+			}
+		}
+	}
+	return m, true
+}
+
+// applyMultus puts Multus's keys into manifold's plugin config. A flag the
+// admin set to something other than its default wins over Multus's value;
+// --additional-config, applied after, wins over both.
+func applyMultus(plugin map[string]any, m *multusConfig, o *Options) {
+	def := DefaultOptions()
+	flagSet := map[string]bool{
+		"logLevel":               o.LogLevel != def.LogLevel,
+		"globalNamespaces":       o.GlobalNamespaces != "",
+		"multusNamespace":        o.MultusNamespace != "",
+		"readinessindicatorfile": o.ReadinessIndicatorFile != "",
+		"namespaceIsolation":     o.NamespaceIsolation,
+		"systemNamespaces":       o.SystemNamespaces.set,
+		"defaultNetworks":        len(o.DefaultNetworks.values) > 0,
+	}
+	for k, v := range m.keys {
+		if !flagSet[k] {
+			plugin[k] = v
+		}
+	}
+	if m.keys["clusterNetwork"] == nil && m.keys["delegates"] != nil {
+		delete(plugin, "clusterNetwork") // Multus's default network is delegates[0]
+	}
+	caps, _ := plugin["capabilities"].(map[string]bool)
+	for c := range m.caps {
+		caps[c] = true
+	}
+}
+
+// multusPrimary is the primary for a Multus config that names its default
+// network itself: its cniVersion and capabilities are what the runtime used.
+func multusPrimary(m *multusConfig) (*Primary, error) {
+	if m.cniVersion == "" {
+		return nil, fmt.Errorf("Multus's config %s has no cniVersion", m.file)
+	}
+	return &Primary{Name: m.file, CNIVersion: m.cniVersion, Capabilities: m.caps}, nil
+}
+
+// disableMultus renames every Multus config the runtime could still load, once
+// manifold's own is in place. Renaming over an earlier renamed copy is fine:
+// the newest is kept.
+func (in *installer) disableMultus(m *multusConfig) error {
+	if m == nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range m.active {
+		from := filepath.Join(in.o.CNIConfDir, name)
+		to := from + MultusDisabledSuffix
+		if err := os.Rename(from, to); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("move Multus's config out of the way: %w", err))
+			continue
+		}
+		in.log.Info("took the node over from Multus: moved its config out of the runtime's way", "from", from, "to", to,
+			"carriedOver", strings.Join(sortedKeyNames(m.keys), ","))
+	}
+	if len(errs) == 0 && len(m.active) > 0 {
+		errs = append(errs, syncDir(in.o.CNIConfDir))
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeyNames(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,136 @@
+package install
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+)
+
+// multusConf is Multus's config as its thin DaemonSet writes it, with the keys
+// manifold carries over and the ones it leaves.
+const multusConf = `{
+  "cniVersion": "0.4.0",
+  "name": "multus-cni-network",
+  "type": "multus",
+  "capabilities": {"portMappings": true, "bandwidth": true},
+  "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
+  "cniDir": "/var/lib/cni/multus-custom",
+  "binDir": "/opt/cni/bin",
+  "logFile": "/var/log/multus.log",
+  "logLevel": "verbose",
+  "clusterNetwork": "/etc/cni/net.d/10-calico.conflist",
+  "defaultNetworks": ["kube-system/extra"],
+  "systemNamespaces": ["kube-system", "ops"],
+  "multusNamespace": "multus",
+  "namespaceIsolation": true,
+  "globalNamespaces": "default,shared",
+  "readinessindicatorfile": "/etc/cni/net.d/10-calico.conflist"
+}`
+
+// TestRunTakesOverFromMultus: on a node whose conf dir holds Multus's config,
+// the installer carries Multus's keys over, moves its config out of the
+// runtime's way, and a second run (a restart) does exactly the same.
+func TestRunTakesOverFromMultus(t *testing.T) {
+	n := newTestNode(t, true)
+	n.writeConf(t, "10-calico.conflist", calicoConflist)
+	n.writeConf(t, "00-multus.conf", multusConf)
+	var first []byte
+	for run := 1; run <= 2; run++ {
+		cancel, done := n.start(t)
+		eventually(t, "Multus's config is moved", func() error {
+			if _, err := os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conf")); !os.IsNotExist(err) {
+				return err
+			}
+			_, err := os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conf"+MultusDisabledSuffix))
+			return err
+		})
+		eventually(t, "manifold's config is written", func() error { _, _, err := n.plugin(); return err })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		data, err := os.ReadFile(n.confOut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run == 1 {
+			first = data
+			if err := logHas(n.logs, "took the node over from Multus"); err != nil {
+				t.Error(err)
+			}
+		} else if string(data) != string(first) {
+			t.Errorf("the second run wrote\n%s\nthe first\n%s", data, first)
+		}
+	}
+	version, p, err := decodeConflist(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version != "0.4.0" {
+		t.Errorf("cniVersion %s, want Multus's 0.4.0", version)
+	}
+	want := map[string]any{
+		"clusterNetwork":         "/etc/cni/net.d/10-calico.conflist",
+		"defaultNetworks":        []any{"kube-system/extra"},
+		"systemNamespaces":       []any{"kube-system", "ops"},
+		"multusNamespace":        "multus",
+		"namespaceIsolation":     true,
+		"globalNamespaces":       "default,shared",
+		"readinessindicatorfile": "/etc/cni/net.d/10-calico.conflist",
+		"logLevel":               "verbose",
+		"multusCNIDir":           "/var/lib/cni/multus-custom",
+		// manifold's own, not Multus's:
+		"kubeconfig": filepath.Join(n.o.hostCredDir(), kubeconfigName),
+		"binDir":     n.o.HostCNIBinDir,
+		"cniDir":     "/var/lib/cni/manifold",
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(p[k], v) {
+			t.Errorf("%s = %#v, want %#v", k, p[k], v)
+		}
+	}
+	if _, ok := p["logFile"]; ok {
+		t.Errorf("logFile carried over: %v", p["logFile"])
+	}
+	var caps []string
+	for c := range p["capabilities"].(map[string]any) {
+		caps = append(caps, c)
+	}
+	sort.Strings(caps)
+	if !reflect.DeepEqual(caps, []string{"bandwidth", "io.kubernetes.cri.pod-annotations", "portMappings"}) {
+		t.Errorf("capabilities %v", caps)
+	}
+	// The runtime loads only manifold's config and the primary now.
+	var loadable []string
+	des, _ := os.ReadDir(n.o.CNIConfDir)
+	for _, de := range des {
+		if !de.IsDir() && isConfigFile(de.Name()) {
+			loadable = append(loadable, de.Name())
+		}
+	}
+	if !reflect.DeepEqual(loadable, []string{DefaultConfigName, "10-calico.conflist"}) {
+		t.Errorf("loadable configs %v", loadable)
+	}
+}
+
+// TestRunTakesOverFromMultusDelegates: a Multus config whose default network
+// is inline delegates (what Multus's own auto-config wrote in v3) and no
+// other config in the conf dir.
+func TestRunTakesOverFromMultusDelegates(t *testing.T) {
+	n := newTestNode(t, true)
+	n.writeConf(t, "00-multus.conflist", `{"cniVersion":"1.0.0","name":"multus-cni-network","plugins":[{"type":"multus","delegates":[{"cniVersion":"1.0.0","name":"br","type":"bridge"}]}]}`)
+	n.start(t)
+	eventually(t, "manifold's config uses Multus's delegates", func() error {
+		_, p, err := n.plugin()
+		if err != nil {
+			return err
+		}
+		if p["delegates"] == nil || p["clusterNetwork"] != nil {
+			return os.ErrInvalid
+		}
+		_, err = os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conflist"+MultusDisabledSuffix))
+		return err
+	})
+}
