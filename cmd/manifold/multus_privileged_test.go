@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,167 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/scratch"
 )
-
-// mEntry is one network as Multus attached it (issue 19): the config it ran,
-// and what its record says about it.
-type mEntry struct {
-	conf string // a conf or a conflist, as Multus handed it to libcni
-	name string // the record's "Name": "namespace/name" for a NAD
-	// ifName, when set, is an interface name the pod requested
-	// (ifnameRequest); else eth0 for the first entry and net<i> after it.
-	ifName string
-	mac    string
-	ips    []string
-	// reencoded: the record's Bytes is Multus's re-encoding of its typed
-	// ConfList, which drops the plugins' own fields (clusterNetwork or
-	// defaultNetworks given as a conflist file or a dir). withConfigList adds
-	// CNINetworkConfigList, as v4.3.0 does.
-	reencoded, withConfigList bool
-	// garbage makes the record's Bytes unreadable and drops the cache entry:
-	// an entry that neither source explains.
-	garbage bool
-}
-
-func (e mEntry) isList() bool {
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal([]byte(e.conf), &m)
-	return m["plugins"] != nil
-}
-
-// multusAttach does what Multus's ADD does for pod: each entry through libcni
-// with dir as its cache dir, with Multus's interface names and CNI_ARGS, and
-// then (Multus writes it first; the order does not matter here) its record.
-func multusAttach(t *testing.T, n *node, dir string, pod *testenv.Pod, entries []mEntry) {
-	t.Helper()
-	ctx := context.Background()
-	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
-	cni := libcni.NewCNIConfigWithCacheDir([]string{n.rt.BinDir}, dir, exec)
-	var record []map[string]any
-	for i, e := range entries {
-		ifName := e.ifName
-		switch {
-		case ifName != "":
-		case i == 0:
-			ifName = "eth0"
-		default:
-			ifName = fmt.Sprintf("net%d", i)
-		}
-		args := [][2]string{{"IgnoreUnknown", "true"}}
-		args = append(args, pod.Args...)
-		args = append(args, [2]string{"IgnoreUnknown", "1"})
-		args = append(args, pod.Args...)
-		caps := map[string]any{}
-		if e.mac != "" {
-			args = append(args, [2]string{"MAC", e.mac})
-			caps["mac"] = e.mac
-		}
-		if len(e.ips) > 0 {
-			args = append(args, [2]string{"IP", strings.Join(e.ips, ",")})
-			caps["ips"] = e.ips
-		}
-		rt := &libcni.RuntimeConf{ContainerID: pod.ContainerID, NetNS: pod.NetNS, IfName: ifName, Args: args, CapabilityArgs: caps}
-		var top map[string]any
-		if err := json.Unmarshal([]byte(e.conf), &top); err != nil {
-			t.Fatal(err)
-		}
-		if e.isList() {
-			list := testenv.Conf(t, []byte(e.conf))
-			if _, err := cni.AddNetworkList(ctx, list, rt); err != nil {
-				t.Fatalf("Multus's ADD of %s: %v", e.name, err)
-			}
-		} else {
-			c, err := libcni.ConfFromBytes([]byte(e.conf))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cni.AddNetwork(ctx, c, rt); err != nil {
-				t.Fatalf("Multus's ADD of %s: %v", e.name, err)
-			}
-		}
-		record = append(record, recordEntry(t, e, top))
-		if e.garbage {
-			if err := os.Remove(filepath.Join(dir, "results", top["name"].(string)+"-"+pod.ContainerID+"-"+ifName)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	b, err := json.Marshal(record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, pod.ContainerID), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// recordEntry is one element of Multus's record (Go's encoding of its
-// DelegateNetConf), as the fixtures in ../shared/fixtures/multus-v4.3.0 show.
-func recordEntry(t *testing.T, e mEntry, top map[string]any) map[string]any {
-	typedPlugin := func(p map[string]any) map[string]any {
-		out := map[string]any{"type": p["type"], "ipam": map[string]any{}}
-		if ipam, ok := p["ipam"].(map[string]any); ok && ipam["type"] != nil {
-			out["ipam"] = map[string]any{"type": ipam["type"]}
-		}
-		if p["capabilities"] != nil {
-			out["capabilities"] = p["capabilities"]
-		}
-		return out
-	}
-	rec := map[string]any{"Name": e.name, "IsFilterV4Gateway": false, "IsFilterV6Gateway": false,
-		"CNINetworkConfigList": map[string]any{"Name": "", "CNIVersion": "", "DisableCheck": false, "DisableGC": false, "LoadOnlyInlinedPlugins": false, "Plugins": nil, "Bytes": nil}}
-	bytes := []byte(e.conf)
-	if e.isList() {
-		var plugins []any
-		var raw []string
-		for _, p := range top["plugins"].([]any) {
-			plugins = append(plugins, typedPlugin(p.(map[string]any)))
-			pb, _ := json.Marshal(p)
-			raw = append(raw, base64.StdEncoding.EncodeToString(pb))
-		}
-		typed := map[string]any{"cniVersion": top["cniVersion"], "name": top["name"], "plugins": plugins}
-		rec["Conf"] = map[string]any{"cniVersion": top["cniVersion"], "name": top["name"], "ipam": map[string]any{}}
-		rec["ConfList"] = typed
-		if e.reencoded {
-			bytes, _ = json.Marshal(typed)
-		}
-		if e.withConfigList {
-			var ps []any
-			for i, p := range plugins {
-				ps = append(ps, map[string]any{"Network": p, "Bytes": raw[i]})
-			}
-			rec["CNINetworkConfigList"] = map[string]any{"Name": top["name"], "CNIVersion": top["cniVersion"], "DisableCheck": false,
-				"DisableGC": false, "LoadOnlyInlinedPlugins": false, "Plugins": ps, "Bytes": base64.StdEncoding.EncodeToString([]byte(e.conf))}
-		}
-	} else {
-		c := typedPlugin(top)
-		c["cniVersion"], c["name"] = top["cniVersion"], top["name"]
-		rec["Conf"] = c
-		rec["ConfList"] = map[string]any{}
-	}
-	if e.garbage {
-		bytes = []byte("this is not a config")
-	}
-	rec["Bytes"] = base64.StdEncoding.EncodeToString(bytes)
-	if e.ifName != "" {
-		rec["ifnameRequest"] = e.ifName
-	}
-	if e.mac != "" {
-		rec["macRequest"] = e.mac
-	}
-	if len(e.ips) > 0 {
-		rec["ipRequest"] = e.ips
-	}
-	return rec
-}
 
 // multusNode is a test node with a Multus cniDir of its own; sameDir gives
 // manifold and Multus the same cniDir (an admin who changed only "type").
@@ -202,49 +46,49 @@ func plug(conf string) string {
 
 // multusShapes are the delegate shapes Multus writes (issue 19), each as the
 // entries of one pod; i tells pods apart (addresses).
-func multusShapes(n *node, parent string) map[string]func(i int) []mEntry {
+func multusShapes(n *node, parent string) map[string]func(i int) []testenv.MultusEntry {
 	mv := func(version, name, subnet string) string {
 		return strings.Replace(n.macvlanConf(version, parent, subnet), `"mv-net"`, fmt.Sprintf("%q", name), 1)
 	}
-	def := func(e mEntry) mEntry {
-		e.conf, e.name = n.bridgeList("10.231.0.0/24"), "k8s-pod-network"
+	def := func(e testenv.MultusEntry) testenv.MultusEntry {
+		e.Conf, e.Name = n.bridgeList("10.237.0.0/24"), "k8s-pod-network"
 		return e
 	}
-	return map[string]func(i int) []mEntry{
-		"conflist": func(int) []mEntry { return []mEntry{def(mEntry{})} },
-		"single conf": func(int) []mEntry {
-			return []mEntry{{conf: n.bridgeConf("1.0.0", "10.231.1.0/24"), name: "br-net"}, {conf: mv("1.0.0", "storage", "10.232.0.0/24"), name: "storage"}}
+	return map[string]func(i int) []testenv.MultusEntry{
+		"conflist": func(int) []testenv.MultusEntry { return []testenv.MultusEntry{def(testenv.MultusEntry{})} },
+		"single conf": func(int) []testenv.MultusEntry {
+			return []testenv.MultusEntry{{Conf: n.bridgeConf("1.0.0", "10.237.1.0/24"), Name: "br-net"}, {Conf: mv("1.0.0", "storage", "10.238.0.0/24"), Name: "storage"}}
 		},
-		"cniVersion 0.3.1": func(int) []mEntry {
-			return []mEntry{{conf: n.bridgeConf("0.3.1", "10.231.2.0/24"), name: "br-net"}, {conf: mv("0.3.1", "legacy", "10.232.1.0/24"), name: "legacy"}}
+		"cniVersion 0.3.1": func(int) []testenv.MultusEntry {
+			return []testenv.MultusEntry{{Conf: n.bridgeConf("0.3.1", "10.237.2.0/24"), Name: "br-net"}, {Conf: mv("0.3.1", "legacy", "10.238.1.0/24"), Name: "legacy"}}
 		},
-		"static delegates": func(int) []mEntry {
-			return []mEntry{def(mEntry{}), {conf: mv("1.0.0", "storage", "10.232.2.0/24"), name: "storage"}, {conf: mv("0.3.1", "legacy", "10.232.3.0/24"), name: "legacy"}}
+		"static delegates": func(int) []testenv.MultusEntry {
+			return []testenv.MultusEntry{def(testenv.MultusEntry{}), {Conf: mv("1.0.0", "storage", "10.238.2.0/24"), Name: "storage"}, {Conf: mv("0.3.1", "legacy", "10.238.3.0/24"), Name: "legacy"}}
 		},
-		"clusterNetwork file (v4.3.0)": func(int) []mEntry {
-			return []mEntry{def(mEntry{reencoded: true, withConfigList: true}), {conf: mv("1.0.0", "storage", "10.232.4.0/24"), name: "storage"}}
+		"clusterNetwork file (v4.3.0)": func(int) []testenv.MultusEntry {
+			return []testenv.MultusEntry{def(testenv.MultusEntry{Reencoded: true, WithConfigList: true}), {Conf: mv("1.0.0", "storage", "10.238.4.0/24"), Name: "storage"}}
 		},
-		"clusterNetwork dir (record lost its fields)": func(int) []mEntry {
-			return []mEntry{def(mEntry{reencoded: true})}
+		"clusterNetwork dir (record lost its fields)": func(int) []testenv.MultusEntry {
+			return []testenv.MultusEntry{def(testenv.MultusEntry{Reencoded: true})}
 		},
-		"clusterNetwork NAD": func(int) []mEntry {
-			e := def(mEntry{})
-			e.name = "kube-system/k8s-pod-network"
-			return []mEntry{e, {conf: mv("1.0.0", "storage", "10.232.5.0/24"), name: "storage"}}
+		"clusterNetwork NAD": func(int) []testenv.MultusEntry {
+			e := def(testenv.MultusEntry{})
+			e.Name = "kube-system/k8s-pod-network"
+			return []testenv.MultusEntry{e, {Conf: mv("1.0.0", "storage", "10.238.5.0/24"), Name: "storage"}}
 		},
-		"NADs in both shapes": func(int) []mEntry {
-			return []mEntry{def(mEntry{reencoded: true, withConfigList: true}),
-				{conf: mv("0.3.1", "macvlan-conf", "10.232.6.0/24"), name: "default/macvlan-conf"},
-				{conf: conflist("1.0.0", "mv-list", plug(mv("1.0.0", "x", "10.232.7.0/24")), `{"type":"tuning"}`), name: "default/mv-list"}}
+		"NADs in both shapes": func(int) []testenv.MultusEntry {
+			return []testenv.MultusEntry{def(testenv.MultusEntry{Reencoded: true, WithConfigList: true}),
+				{Conf: mv("0.3.1", "macvlan-conf", "10.238.6.0/24"), Name: "default/macvlan-conf"},
+				{Conf: conflist("1.0.0", "mv-list", plug(mv("1.0.0", "x", "10.238.7.0/24")), `{"type":"tuning"}`), Name: "default/mv-list"}}
 		},
-		"runtimeConfig ips and mac": func(i int) []mEntry {
+		"runtimeConfig ips and mac": func(i int) []testenv.MultusEntry {
 			static := strings.Replace(mv("1.0.0", "x", ""), `"subnet":"","dataDir"`, `"dataDir"`, 1)
 			static = strings.Replace(static, `"type":"host-local"`, `"type":"static"`, 1)
 			pl := plug(static)
 			pl = strings.TrimSuffix(pl, "}") + `,"capabilities":{"ips":true}}`
-			return []mEntry{def(mEntry{}),
-				{conf: conflist("1.0.0", "bridge-list", pl, `{"type":"tuning","capabilities":{"mac":true}}`), name: "default/bridge-list",
-					ifName: "data0", mac: fmt.Sprintf("02:11:22:33:44:%02x", 0x50+i), ips: []string{fmt.Sprintf("10.233.0.%d/24", 7+i)}}}
+			return []testenv.MultusEntry{def(testenv.MultusEntry{}),
+				{Conf: conflist("1.0.0", "bridge-list", pl, `{"type":"tuning","capabilities":{"mac":true}}`), Name: "default/bridge-list",
+					IfName: "data0", MAC: fmt.Sprintf("02:11:22:33:44:%02x", 0x50+i), IPs: []string{fmt.Sprintf("10.239.0.%d/24", 7+i)}}}
 		},
 	}
 }
@@ -283,7 +127,7 @@ func TestMultusTakeover(t *testing.T) {
 				list := testenv.Conf(t, conf)
 				pod, netns := newPod(t)
 				entries := multusShapes(n, parent)[shape](0)
-				multusAttach(t, n, dir, pod, entries)
+				testenv.MultusAttach(t, n.rt.BinDir, dir, pod, entries)
 				if got := podLinks(t, netns); len(got) != len(entries) {
 					t.Fatalf("Multus attached %v", got)
 				}
@@ -305,8 +149,8 @@ func TestMultusTakeover(t *testing.T) {
 				list := testenv.Conf(t, conf)
 				gone, goneNS := newPod(t)
 				kept, keptNS := newPod(t)
-				multusAttach(t, n, dir, gone, multusShapes(n, parent)[shape](0))
-				multusAttach(t, n, dir, kept, multusShapes(n, parent)[shape](1))
+				testenv.MultusAttach(t, n.rt.BinDir, dir, gone, multusShapes(n, parent)[shape](0))
+				testenv.MultusAttach(t, n.rt.BinDir, dir, kept, multusShapes(n, parent)[shape](1))
 				before := podLinks(t, keptNS)
 				runGC(t, n, conf, types.GCAttachment{ContainerID: kept.ContainerID, IfName: "eth0"})
 				if got := podLinks(t, goneNS); len(got) != 0 {
@@ -341,8 +185,8 @@ func TestMultusLeftBehind(t *testing.T) {
 	list := testenv.Conf(t, conf)
 	pod, netns := newPod(t)
 	entries := multusShapes(n, parent)["static delegates"](0)
-	entries[1].garbage = true
-	multusAttach(t, n, dir, pod, entries)
+	entries[1].Garbage = true
+	testenv.MultusAttach(t, n.rt.BinDir, dir, pod, entries)
 	for i := 1; i <= 2; i++ {
 		err := n.rt.Del(context.Background(), list, pod)
 		if err == nil {
