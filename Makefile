@@ -15,6 +15,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold ./cmd/manifold
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold-daemon ./cmd/manifold-daemon
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold-install ./cmd/manifold-install
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/manifold-shim ./cmd/manifold-shim
 

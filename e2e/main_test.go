@@ -118,11 +118,15 @@ func buildManifoldOnce() (cleanup func()) {
 	root, err := controlplane.RepoRoot()
 	bin := filepath.Join(dir, "manifold")
 	if err == nil {
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/manifold")
-		cmd.Dir = root
-		var out []byte
-		if out, err = cmd.CombinedOutput(); err != nil {
-			err = fmt.Errorf("%w: %s", err, out)
+		// `manifold daemon` runs the manifold-daemon next to it.
+		for _, c := range [][2]string{{bin, "./cmd/manifold"}, {filepath.Join(dir, "manifold-daemon"), "./cmd/manifold-daemon"}} {
+			cmd := exec.Command("go", "build", "-o", c[0], c[1])
+			cmd.Dir = root
+			var out []byte
+			if out, err = cmd.CombinedOutput(); err != nil {
+				err = fmt.Errorf("%w: %s", err, out)
+				break
+			}
 		}
 	}
 	if err != nil {

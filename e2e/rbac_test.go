@@ -50,6 +50,8 @@ func TestServiceAccountPermissions(t *testing.T) {
 	}{
 		// What manifold does.
 		{name: "get pods", verb: "get", resource: "pods", allowed: true},
+		{name: "list pods", verb: "list", resource: "pods", allowed: true},
+		{name: "watch pods", verb: "watch", resource: "pods", allowed: true},
 		{name: "patch pods/status", verb: "patch", resource: "pods", subresource: "status", allowed: true},
 		{name: "get NADs", verb: "get", group: cni, resource: nads, allowed: true},
 		{name: "create events", verb: "create", resource: "events", allowed: true},
@@ -62,8 +64,6 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{name: "create pods", verb: "create", resource: "pods"},
 		{name: "update pods", verb: "update", resource: "pods"},
 		{name: "patch pods", verb: "patch", resource: "pods"},
-		{name: "list pods", verb: "list", resource: "pods"},
-		{name: "watch pods", verb: "watch", resource: "pods"},
 		{name: "update pods/status", verb: "update", resource: "pods", subresource: "status"},
 		{name: "get pods/status", verb: "get", resource: "pods", subresource: "status"},
 		{name: "patch pods/ephemeralcontainers", verb: "patch", resource: "pods", subresource: "ephemeralcontainers"},

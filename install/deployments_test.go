@@ -101,7 +101,7 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 	slices.Sort(got)
 	want := []string{
 		"/events:create", "/events:patch",
-		"/pods/status:patch", "/pods:get",
+		"/pods/status:patch", "/pods:get", "/pods:list", "/pods:watch",
 		"events.k8s.io/events:create", "events.k8s.io/events:patch",
 		"k8s.cni.cncf.io/network-attachment-definitions:get",
 	}

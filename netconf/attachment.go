@@ -28,6 +28,10 @@ type Attachment struct {
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 	// DefaultRoute lists the gateways requested with "default-route" (DESIGN §6).
 	DefaultRoute []string `json:"defaultRoute,omitempty"`
+	// Request is SelectionKey of the annotation entry that asked for this
+	// attachment, or "" when no entry of the networks annotation did: the
+	// node daemon's hot-plug compares these with the annotation.
+	Request string `json:"request,omitempty"`
 }
 
 // NewAttachment makes an attachment for n with no per-attachment settings.

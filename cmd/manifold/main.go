@@ -4,14 +4,16 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"syscall"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -24,9 +26,9 @@ func init() {
 
 func main() {
 	// The runtime runs a CNI plugin with no arguments; thick mode's node
-	// daemon is this binary run as "manifold daemon".
+	// daemon is run as "manifold daemon".
 	if len(os.Args) > 1 && os.Args[1] == "daemon" {
-		os.Exit(daemon.Run(os.Args[2:]))
+		os.Exit(execDaemon(os.Args[2:]))
 	}
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())
@@ -41,5 +43,21 @@ func main() {
 func refuseNested() int {
 	err := types.NewError(types.ErrInvalidNetworkConfig, "manifold refuses to run as a delegate of manifold ("+netconf.NestedEnv+" is set): a network's plugin or IPAM type named a meta-plugin", "")
 	err.Print()
+	return 1
+}
+
+// execDaemon replaces this process with manifold-daemon, the node daemon,
+// found next to this binary. The daemon links client-go and the Prometheus
+// client; the plugin does not, so that their start-up cost is not paid by
+// every CNI call (docs/hotplug.md).
+func execDaemon(args []string) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manifold daemon: find this binary: %v\n", err)
+		return 1
+	}
+	bin := filepath.Join(filepath.Dir(self), "manifold-daemon")
+	err = syscall.Exec(bin, append([]string{bin}, args...), os.Environ())
+	fmt.Fprintf(os.Stderr, "manifold daemon: run %s: %v\n", bin, err)
 	return 1
 }

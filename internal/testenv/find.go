@@ -63,6 +63,10 @@ func FindManifold(dir string) (string, error) {
 	if out, err := run(root, "go", "build", "-o", bin, "./cmd/manifold"); err != nil {
 		return "", fmt.Errorf("build manifold: %w: %s", err, out)
 	}
+	// `manifold daemon` runs the manifold-daemon next to it.
+	if out, err := run(root, "go", "build", "-o", filepath.Join(dir, "manifold-daemon"), "./cmd/manifold-daemon"); err != nil {
+		return "", fmt.Errorf("build manifold-daemon: %w: %s", err, out)
+	}
 	return bin, nil
 }
 
