@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/shimproto"
 )
@@ -43,6 +45,9 @@ func Run(args []string) int {
 	probe := fs.Bool("probe", false, "do not serve: ask the daemon on --socket for VERSION, and exit 0 if it answers within 5s and no call is stuck (a liveness probe)")
 	maxCalls := fs.Int("max-calls", defaultMaxCalls, "calls served at once; a call beyond it waits for a slot for 5s, then gets code 11 (daemon busy)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long calls in flight may finish before they are cancelled (their delegates killed)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, for the pod watch of hot-plug (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)")
+	hotplugOn := fs.Bool("hotplug", true, "change a running pod's networks when its networks annotation changes (docs/hotplug.md); needs --node-name and an API server")
+	metricsAddr := fs.String("metrics-address", "", "serve Prometheus metrics on /metrics and a health check on /healthz at this host:port (127.0.0.1 only by convention); empty: off")
 	node := &flow.NodePaths{}
 	node.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -86,10 +91,23 @@ func Run(args []string) int {
 	d := newDaemon(log, *hostRoot, node)
 	d.setMaxCalls(*maxCalls)
 	d.shutdownTimeout = *shutdownTimeout
+	hp := startHotplug(ctx, log, d, *hotplugOn, *nodeName, node)
+	if *metricsAddr != "" {
+		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, func() error { return hp.health() })
+		if err != nil {
+			ln.Close()
+			log.Error("daemon failed to start", "error", fmt.Errorf("serve metrics on %s: %w", *metricsAddr, err))
+			return 1
+		}
+		log.Info("metrics and health served", "address", addr.String())
+	}
 	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
 		"shutdownTimeout", shutdownTimeout.String(), "version", flow.Version)
 	err = d.serve(ctx, ln)
+	if hp != nil && !hp.waitWithin(*shutdownTimeout) {
+		log.Warn("hot-plug changes still running at exit; a pod's DEL or GC undoes what they left", "waited", shutdownTimeout.String())
+	}
 	if !d.plugin.DrainWithin(drainTimeout) {
 		log.Warn("status writes still running at exit; their pods keep their networks but may lack network-status", "waited", drainTimeout.String())
 	}
@@ -157,4 +175,44 @@ func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixLi
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// startHotplug starts the pod watch and the hot-plug controller, or says
+// why it does not; nil when off.
+func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *flow.NodePaths) *hotplug {
+	if !on {
+		log.Info("hot-plug is off (--hotplug=false)")
+		return nil
+	}
+	if nodeName == "" {
+		log.Warn("hot-plug is off: no --node-name and no NODE_NAME")
+		return nil
+	}
+	cfg, err := restConfig(node.Kubeconfig, d.metrics)
+	if err == nil && cfg == nil {
+		err = errors.New("no --kubeconfig and not in a cluster")
+	}
+	var inf cache.SharedIndexInformer
+	if err == nil {
+		inf, err = podInformer(cfg, nodeName)
+	}
+	var hp *hotplug
+	if err == nil {
+		hp, err = newHotplug(log, d.plugin, d.metrics, node.CNIDir, inf)
+	}
+	if err != nil {
+		log.Warn("hot-plug is off", "error", err)
+		return nil
+	}
+	hp.run(ctx)
+	log.Info("hot-plug on: watching this node's pods", "node", nodeName)
+	return hp
+}
+
+// health is /healthz: the pod watch, when on, has listed the node's pods.
+func (h *hotplug) health() error {
+	if h != nil && !h.synced() {
+		return errors.New("the pod watch has not listed this node's pods yet")
+	}
+	return nil
 }

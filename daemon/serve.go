@@ -48,8 +48,9 @@ var errShuttingDown = errors.New("the node daemon is shutting down (SIGTERM), an
 // daemon holds what lives across calls: the plugin, whose API clients, log
 // files and status writes are shared by every call, and the calls in flight.
 type daemon struct {
-	plugin *flow.Plugin
-	log    *slog.Logger
+	plugin  *flow.Plugin
+	log     *slog.Logger
+	metrics *metrics
 
 	// base is what every call's context derives from; cancelBase ends them
 	// all, at the shutdown timeout.
@@ -97,8 +98,15 @@ func newDaemon(log *slog.Logger, hostRoot string, node *flow.NodePaths) *daemon 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	apis := &apiCache{now: time.Now, build: flow.NewAPIClient}
-	d := &daemon{plugin: flow.NewShared(hostRoot, node, apis.get), log: log, busyWait: busyWait, shutdownTimeout: defaultShutdownTimeout, killWait: killWait,
+	m := newMetrics()
+	apis := &apiCache{now: time.Now, build: func(c *netconf.Config) (flow.API, error) {
+		api, err := flow.NewAPIClient(c)
+		if err != nil {
+			return nil, err
+		}
+		return &countedAPI{API: api, m: m}, nil
+	}}
+	d := &daemon{plugin: flow.NewShared(hostRoot, node, apis.get), metrics: m, log: log, busyWait: busyWait, shutdownTimeout: defaultShutdownTimeout, killWait: killWait,
 		now: time.Now, stuckAfter: func(t time.Duration) time.Duration { return 2*t + stuckSlack }}
 	d.plugin.SetPodDevices(podDevices)
 	d.base, d.cancelBase = context.WithCancelCause(context.Background())
@@ -222,7 +230,10 @@ func (d *daemon) handle(conn *net.UnixConn) {
 	answered := make(chan struct{})
 	defer close(answered)
 	call := d.track(cmd, req.Getenv("CNI_CONTAINERID"))
+	d.metrics.inFlight.Inc()
 	rep := d.plugin.ServeCall(ctx, req, answered, call.setTimeout)
+	d.metrics.inFlight.Dec()
+	d.metrics.observeCall(cmd, rep.ExitCode == 0, d.now().Sub(call.start))
 	d.untrack(call)
 	if !d.reply(conn, req, rep) {
 		return

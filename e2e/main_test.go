@@ -118,13 +118,15 @@ func buildManifoldOnce() (cleanup func()) {
 	root, err := controlplane.RepoRoot()
 	bin := filepath.Join(dir, "manifold")
 	if err == nil {
-		// `manifold daemon` and the plugin's device queries run
-		// manifold-daemon from manifold's directory.
-		cmd := exec.Command("sh", "-c", "go build -o "+bin+" ./cmd/manifold && go build -o "+filepath.Join(dir, "manifold-daemon")+" ./cmd/manifold-daemon")
-		cmd.Dir = root
-		var out []byte
-		if out, err = cmd.CombinedOutput(); err != nil {
-			err = fmt.Errorf("%w: %s", err, out)
+		// `manifold daemon` runs the manifold-daemon next to it.
+		for _, c := range [][2]string{{bin, "./cmd/manifold"}, {filepath.Join(dir, "manifold-daemon"), "./cmd/manifold-daemon"}} {
+			cmd := exec.Command("go", "build", "-o", c[0], c[1])
+			cmd.Dir = root
+			var out []byte
+			if out, err = cmd.CombinedOutput(); err != nil {
+				err = fmt.Errorf("%w: %s", err, out)
+				break
+			}
 		}
 	}
 	if err != nil {

@@ -69,6 +69,7 @@ func (p *Plugin) add(c *call) error {
 		Pod:         c.pod,
 		RuntimeArgs: c.cniArgs,
 		Attachments: atts,
+		Config:      recordConfig(c.args.StdinData),
 	}
 	if len(pc.pending) > 0 {
 		c.runner.Confirm = pc.confirm(c)
@@ -363,6 +364,7 @@ func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSe
 	for _, w := range warnings {
 		log.Warn(w, "network", att.DisplayName())
 	}
+	att.Request = netconf.SelectionKey(sel)
 	return att, nil
 }
 

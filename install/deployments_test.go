@@ -101,7 +101,7 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 	slices.Sort(got)
 	want := []string{
 		"/events:create", "/events:patch",
-		"/pods/status:patch", "/pods:get",
+		"/pods/status:patch", "/pods:get", "/pods:list", "/pods:watch",
 		"events.k8s.io/events:create", "events.k8s.io/events:patch",
 		"k8s.cni.cncf.io/network-attachment-definitions:get",
 	}
@@ -412,6 +412,8 @@ func expandArgs(t *testing.T, c corev1.Container, pod string) []string {
 			env[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			env[e.Name] = pod
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			env[e.Name] = "node-1"
 		default:
 			t.Fatalf("container %s: variable %s has a source this test does not know: %+v", c.Name, e.Name, e.ValueFrom)
 		}

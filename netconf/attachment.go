@@ -37,6 +37,10 @@ type Attachment struct {
 	// DeviceInfoFile is the attachment's Device Info file (the spec's CNI
 	// file), which DEL removes; "" when it has none.
 	DeviceInfoFile string `json:"deviceInfoFile,omitempty"`
+	// Request is SelectionKey of the annotation entry that asked for this
+	// attachment, or "" when no entry of the networks annotation did: the
+	// node daemon's hot-plug compares these with the annotation.
+	Request string `json:"request,omitempty"`
 }
 
 // NewAttachment makes an attachment for n with no per-attachment settings.

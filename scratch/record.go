@@ -32,6 +32,11 @@ type Record struct {
 	RuntimeArgs [][2]string `json:"runtimeArgs,omitempty"`
 	// Attachments are in attach order; DEL walks them backwards.
 	Attachments []netconf.Attachment `json:"attachments"`
+	// Config is manifold's own config as the ADD got it, without the
+	// runtime's runtimeConfig: what the node daemon's hot-plug works with
+	// (docs/hotplug.md). Empty in records written before hot-plug, whose
+	// pods are then not hot-plugged.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // envelopeV1 wraps a version 1 record with a checksum of the payload, so a torn

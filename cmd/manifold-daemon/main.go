@@ -1,8 +1,9 @@
-// Command manifold-daemon is thick mode's node daemon (docs/thick-mode.md),
-// also run as `manifold daemon`. It is a binary of its own so that what only
-// the daemon needs (gRPC for the kubelet's PodResources API, and the API
-// clients it keeps) is not linked into the manifold plugin, whose start-up
-// every CNI call pays.
+// Command manifold-daemon is thick mode's node daemon (docs/thick-mode.md):
+// the socket server that manifold-shim calls, the pod watch and hot-plug
+// (docs/hotplug.md), and the daemon's metrics; `manifold daemon` runs it. It
+// is a binary of its own so that what only the daemon needs (client-go, the
+// Prometheus client, gRPC for the kubelet's PodResources API) is not linked
+// into the manifold plugin, whose start-up every CNI call pays.
 //
 // `manifold-daemon pod-devices ...` answers one query for a pod's devices,
 // which the thin plugin runs for a pod that draws one (docs/devices.md).
@@ -10,10 +11,16 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/podresources"
 )
+
+func init() {
+	// As in the plugin: namespace switches happen on the current OS thread.
+	runtime.LockOSThread()
+}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "pod-devices" {

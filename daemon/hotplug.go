@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/k8sclient"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// The hot-plug controller (docs/hotplug.md): every pod of this node that
+// manifold attached, and whose networks annotation no longer matches its
+// record, is handed to flow's Reconcile. One pod is reconciled by one worker
+// at a time (the queue's rule); a pod whose change failed is tried again
+// with a growing backoff, and updates that bring the same annotation do not
+// bring the retry forward.
+
+const (
+	annotNetworks   = "k8s.v1.cni.cncf.io/networks"
+	hotplugWorkers  = 4
+	hotplugBaseWait = time.Second
+	hotplugMaxWait  = 5 * time.Minute
+)
+
+type hotplug struct {
+	log     *slog.Logger
+	plugin  *flow.Plugin
+	m       *metrics
+	cniDir  string
+	inf     cache.SharedIndexInformer
+	queue   workqueue.TypedRateLimitingInterface[string]
+	workers sync.WaitGroup
+
+	mu sync.Mutex
+	// records maps each container with a record to its pod's UID.
+	records map[string]string
+	// failing holds, per pod key, the annotation whose change failed: an
+	// update with the same one waits for the backoff's retry.
+	failing map[string]string
+}
+
+func newHotplug(log *slog.Logger, plugin *flow.Plugin, m *metrics, cniDir string, inf cache.SharedIndexInformer) (*hotplug, error) {
+	h := &hotplug{
+		log: log, plugin: plugin, m: m, cniDir: cniDir, inf: inf,
+		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](hotplugBaseWait, hotplugMaxWait)),
+		records: map[string]string{}, failing: map[string]string{},
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    h.enqueue,
+		UpdateFunc: func(_, obj any) { h.enqueue(obj) },
+		DeleteFunc: h.enqueue,
+	})
+	return h, err
+}
+
+// run starts the informer and the workers; they stop when ctx is done.
+// Every pod of the node comes first as an add, so the pods that changed
+// while the daemon was down are reconciled at start.
+func (h *hotplug) run(ctx context.Context) {
+	go h.inf.Run(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		h.queue.ShutDown()
+	}()
+	for range hotplugWorkers {
+		h.workers.Go(func() {
+			for h.next(ctx) {
+			}
+		})
+	}
+}
+
+// waitWithin waits for the workers to stop, at most bound.
+func (h *hotplug) waitWithin(bound time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		h.workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(bound):
+		return false
+	}
+}
+
+func (h *hotplug) synced() bool { return h.inf.HasSynced() }
+
+func (h *hotplug) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		h.mu.Lock()
+		failed, isFailing := h.failing[key]
+		h.mu.Unlock()
+		if isFailing && failed == p.Annotations[annotNetworks] {
+			return // its retry is queued, after a backoff
+		}
+		h.queue.Forget(key)
+	}
+	h.queue.Add(key)
+}
+
+func (h *hotplug) next(ctx context.Context) bool {
+	key, quit := h.queue.Get()
+	if quit {
+		return false
+	}
+	defer h.queue.Done(key)
+	obj, exists, err := h.inf.GetStore().GetByKey(key)
+	pod, _ := obj.(*corev1.Pod)
+	if err != nil || !exists || pod == nil || pod.DeletionTimestamp != nil {
+		// Gone or going: its DEL undoes everything, hot-plugged or not.
+		h.settle(key, "", nil)
+		return true
+	}
+	annot := pod.Annotations[annotNetworks]
+	var errs []error
+	for _, id := range h.containersOf(string(pod.UID)) {
+		start := time.Now()
+		res, err := h.plugin.Reconcile(ctx, id, &k8sclient.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Annotations: pod.Annotations})
+		h.m.observeHotplug(res, err, time.Since(start))
+		if err != nil {
+			h.log.Warn("hot-plug failed; trying again after a backoff", "pod", key, "containerID", id, "error", err, "failures", h.queue.NumRequeues(key)+1)
+			errs = append(errs, err)
+		}
+	}
+	h.settle(key, annot, errors.Join(errs...))
+	return true
+}
+
+// settle forgets a pod's backoff after a success, or queues its retry.
+func (h *hotplug) settle(key, annot string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.failing, key)
+		h.queue.Forget(key)
+		return
+	}
+	h.failing[key] = annot
+	h.queue.AddRateLimited(key)
+}
+
+// containersOf lists the containers whose record is for the pod uid. The
+// directory is read each time; a record is read once, when it first shows.
+func (h *hotplug) containersOf(uid string) []string {
+	entries, err := os.ReadDir(h.cniDir)
+	if err != nil {
+		return nil
+	}
+	store := &scratch.Store{Dir: h.cniDir}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := make(map[string]bool, len(entries))
+	var out []string
+	for _, e := range entries {
+		id := e.Name()
+		// Skip a record being written (its temp file) and the locks.
+		if !e.Type().IsRegular() || strings.HasPrefix(id, ".") || scratch.ValidateContainerID(id) != nil {
+			continue
+		}
+		seen[id] = true
+		podUID, known := h.records[id]
+		if !known {
+			rec, err := store.Load(id)
+			if err != nil || rec == nil {
+				continue
+			}
+			podUID = rec.Pod.UID
+			h.records[id] = podUID
+		}
+		if podUID == uid && uid != "" {
+			out = append(out, id)
+		}
+	}
+	for id := range h.records {
+		if !seen[id] {
+			delete(h.records, id)
+		}
+	}
+	return out
+}
+
+// observeHotplug counts one reconcile, and the attachments it changed.
+func (m *metrics) observeHotplug(res flow.Hotplug, err error, took time.Duration) {
+	if m == nil || res.Skipped != "" {
+		return
+	}
+	m.hotplug.WithLabelValues("attach", "ok").Add(float64(res.Added))
+	m.hotplug.WithLabelValues("detach", "ok").Add(float64(res.Removed))
+	switch {
+	case errors.Is(err, flow.ErrHotplugRefused):
+		m.hotplug.WithLabelValues("reconcile", "refused").Inc()
+	case err != nil:
+		m.hotplug.WithLabelValues("reconcile", "error").Inc()
+	case res.Added+res.Removed > 0:
+		m.hotplug.WithLabelValues("reconcile", "ok").Inc()
+		m.hotplugDur.Observe(took.Seconds())
+	}
+}

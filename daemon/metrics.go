@@ -1,0 +1,175 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/k8sclient"
+)
+
+// metrics are the daemon's Prometheus metrics (docs/hotplug.md, "Metrics").
+// They live in a registry of the daemon's own, so a test's daemon and the
+// process's default registry never mix.
+type metrics struct {
+	reg        *prometheus.Registry
+	calls      *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	inFlight   prometheus.Gauge
+	api        *prometheus.CounterVec
+	hotplug    *prometheus.CounterVec
+	hotplugDur prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "manifold_daemon_calls_total",
+			Help: "CNI calls served over the socket, by verb and result (ok or error).",
+		}, []string{"verb", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "manifold_daemon_call_duration_seconds",
+			Help:    "Time from a call's request to its answer, by verb.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 90},
+		}, []string{"verb"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "manifold_daemon_calls_in_flight",
+			Help: "CNI calls being served now.",
+		}),
+		api: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "manifold_daemon_api_requests_total",
+			Help: "Requests to the API server, by kind (pod_get, nad_get, pod_status_patch, event_create, pod_list, pod_watch) and result (ok or error).",
+		}, []string{"kind", "result"}),
+		hotplug: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "manifold_daemon_hotplug_operations_total",
+			Help: "Hot-plug operations, by operation (attach, detach, reconcile) and result (ok, error, refused).",
+		}, []string{"operation", "result"}),
+		hotplugDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "manifold_daemon_hotplug_duration_seconds",
+			Help:    "Time to bring one pod's attachments to its annotation, for reconciles that changed something.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 90},
+		}),
+	}
+	m.reg.MustRegister(m.calls, m.latency, m.inFlight, m.api, m.hotplug, m.hotplugDur,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observeCall counts one call served over the socket.
+func (m *metrics) observeCall(verb string, ok bool, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(verb, result(ok)).Inc()
+	m.latency.WithLabelValues(verb).Observe(took.Seconds())
+}
+
+// apiRequest counts one request to the API server.
+func (m *metrics) apiRequest(kind string, err error) {
+	if m != nil {
+		m.api.WithLabelValues(kind, result(err == nil)).Inc()
+	}
+}
+
+func result(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "error"
+}
+
+// countedAPI is a call's API client, counting its requests by kind.
+type countedAPI struct {
+	flow.API
+	m *metrics
+}
+
+func (c *countedAPI) WaitForPod(ctx context.Context, namespace, name, uid string, wait time.Duration) (*k8sclient.Pod, error) {
+	p, err := c.API.WaitForPod(ctx, namespace, name, uid, wait)
+	c.m.apiRequest("pod_get", err)
+	return p, err
+}
+
+func (c *countedAPI) GetNAD(ctx context.Context, namespace, name string) (*k8sclient.NetworkAttachmentDefinition, error) {
+	n, err := c.API.GetNAD(ctx, namespace, name)
+	if errors.Is(err, k8sclient.ErrNotFound) {
+		c.m.apiRequest("nad_get", nil) // an answer, not a failure to get one
+	} else {
+		c.m.apiRequest("nad_get", err)
+	}
+	return n, err
+}
+
+func (c *countedAPI) PatchPodAnnotation(ctx context.Context, namespace, name, uid, key, value string) error {
+	err := c.API.PatchPodAnnotation(ctx, namespace, name, uid, key, value)
+	c.m.apiRequest("pod_status_patch", err)
+	return err
+}
+
+func (c *countedAPI) Event(ctx context.Context, pod *k8sclient.Pod, eventType, reason, message, host string, now time.Time) error {
+	err := c.API.Event(ctx, pod, eventType, reason, message, host, now)
+	c.m.apiRequest("event_create", err)
+	return err
+}
+
+// Sources and Unauthorized pass through, for the API cache.
+func (c *countedAPI) Sources() []string {
+	if s, ok := c.API.(sourced); ok {
+		return s.Sources()
+	}
+	return nil
+}
+
+func (c *countedAPI) Unauthorized() bool {
+	r, ok := c.API.(refused)
+	return ok && r.Unauthorized()
+}
+
+func (c *countedAPI) CloseIdleConnections() {
+	if i, ok := c.API.(interface{ CloseIdleConnections() }); ok {
+		i.CloseIdleConnections()
+	}
+}
+
+// serveMetrics serves /metrics and /healthz on addr until ctx is done.
+// /healthz answers 200 while healthy() holds, else 503 with the reason.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics, healthy func() error) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var stopped atomic.Bool
+	go func() {
+		<-ctx.Done()
+		stopped.Store(true)
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !stopped.Load() && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "error", err)
+		}
+	}()
+	return ln.Addr(), nil
+}

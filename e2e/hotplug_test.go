@@ -1,0 +1,358 @@
+package e2e
+
+// Hot-plug end to end (docs/hotplug.md): the daemon watches the pods of its
+// node, and brings a running pod's attachments to its networks annotation
+// when the annotation changes.
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/scratch"
+)
+
+// hotplugWait bounds the wait for a hot-plug to show in network-status.
+const hotplugWait = 30 * time.Second
+
+// hotplugEnv is a thickEnv whose daemon watches the node's pods.
+type hotplugEnv struct {
+	*thickEnv
+	metrics string // the daemon's metrics address
+}
+
+func newHotplugEnv(t *testing.T) *hotplugEnv {
+	t.Helper()
+	e := &hotplugEnv{thickEnv: &thickEnv{env: newEnv(t)}}
+	e.thick = testenv.NewRuntime(t, testenv.ThickBinDir(t, false))
+	e.socket = filepath.Join(t.TempDir(), "run", "manifold.sock")
+	e.metrics = freeAddr(t)
+	e.startDaemon()
+	return e
+}
+
+// startDaemon starts the env's daemon on its socket; it is stopped when the
+// test ends.
+func (e *hotplugEnv) startDaemon() {
+	e.t.Helper()
+	d, err := testenv.RunDaemon(testenv.Manifold(e.t), e.socket, os.Stderr, "--bin-dir", e.thick.BinDir, "--cni-dir", e.cniDir,
+		"--conf-dir", e.confDir, "--kubeconfig", e.cp.KubeconfigPath, "--log-file", e.logFile,
+		"--node-name", "e2e-node", "--metrics-address", e.metrics)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.daemon = d
+	e.t.Cleanup(func() { d.Stop(e.t) })
+}
+
+// freeAddr is a 127.0.0.1 address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// setNetworks changes the pod's networks annotation, as a user would.
+func (e *hotplugEnv) setNetworks(p *corev1.Pod, value string) {
+	e.t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotNetworks, value)
+	if _, err := e.k8s.CoreV1().Pods(p.Namespace).Patch(e.ctx(), p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		e.t.Fatalf("patch networks of pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+}
+
+// statusNames lists the network-status entries as "interface=name".
+func (e *hotplugEnv) statusNames(p *corev1.Pod) []string {
+	st, _ := e.status(p)
+	var out []string
+	for _, s := range st {
+		out = append(out, s.Interface+"="+s.Name)
+	}
+	return out
+}
+
+// waitStatus polls until network-status lists exactly want (interface=name,
+// in order), for at most hotplugWait.
+func (e *hotplugEnv) waitStatus(p *corev1.Pod, want ...string) {
+	e.t.Helper()
+	deadline := time.Now().Add(hotplugWait)
+	for {
+		got := e.statusNames(p)
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("network-status after %s = %v, want %v", hotplugWait, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitEvent polls until the pod has an event of the type and reason whose
+// message holds sub.
+func (e *hotplugEnv) waitEvent(p *corev1.Pod, typ, reason, sub string) {
+	e.t.Helper()
+	deadline := time.Now().Add(hotplugWait)
+	for {
+		for _, ev := range eventsOf(e.events(p), typ, reason) {
+			if strings.Contains(ev.Message, sub) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no %s %s event holding %q after %s; events: %v", typ, reason, sub, hotplugWait, eventMessages(e.events(p)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// recorded lists the interfaces in the sandbox's record.
+func (e *hotplugEnv) recorded(sb *sandbox) []string {
+	e.t.Helper()
+	rec, err := (&scratch.Store{Dir: e.cniDir}).Load(sb.ContainerID)
+	if err != nil || rec == nil {
+		e.t.Fatalf("record of %s: %v, %v", sb.ContainerID, rec, err)
+	}
+	var out []string
+	for _, a := range rec.Attachments {
+		out = append(out, a.IfName)
+	}
+	return out
+}
+
+// addrIn reports whether the interface in the netns has an address in s.
+func addrIn(t *testing.T, sb *sandbox, ifname string, s subnet) bool {
+	l, ok := links(t, sb.netns)[ifname]
+	if !ok {
+		return false
+	}
+	for _, a := range l.addrs {
+		if s.Contains(a.IP) {
+			return true
+		}
+	}
+	return false
+}
+
+// metric reads one sample of the daemon's metrics endpoint (0 when absent).
+func (e *hotplugEnv) metric(name string, labels ...string) float64 {
+	e.t.Helper()
+	res, err := http.Get("http://" + e.metrics + "/metrics")
+	if err != nil {
+		e.t.Fatalf("read metrics: %v", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	sel := ""
+	if len(labels) > 0 {
+		sel = `\{` + strings.Join(labels, ",") + `\}`
+	}
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + sel + ` (\S+)$`)
+	m := re.FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+// A network added to a running pod's annotation is attached (interface,
+// address, record, network-status, event); one removed is detached with its
+// lease; a swap on the same interface name detaches and then attaches. The
+// metrics endpoint counts the calls and the hot-plugs.
+func TestHotplugAddRemoveSwap(t *testing.T) {
+	e := newHotplugEnv(t)
+	sm, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "mv", e.macvlanConf("", sm))
+	e.bridgeNAD("br", sb)
+	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+	conf := e.thickConf(nil)
+	box := e.thickSandbox(pod, conf)
+	e.mustAdd(conf, box)
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+	if got := e.metric("manifold_daemon_calls_total", `result="ok"`, `verb="ADD"`); got < 1 {
+		t.Errorf("manifold_daemon_calls_total{ADD,ok} = %v after an ADD, want at least 1", got)
+	}
+	attached := e.metric("manifold_daemon_hotplug_operations_total", `operation="attach"`, `result="ok"`)
+	if res, err := http.Get("http://" + e.metrics + "/healthz"); err != nil || res.StatusCode != 200 {
+		t.Errorf("/healthz: %v %v, want 200", res, err)
+	}
+
+	// Add.
+	e.setNetworks(pod, "mv, br")
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv", "net2="+e.ns+"/br")
+	if !addrIn(t, box, "net2", sb) {
+		t.Errorf("net2 in the pod netns has no address in %s: %v", sb, links(t, box.netns))
+	}
+	e.waitEvent(pod, corev1.EventTypeNormal, "AddedInterface", "Add net2")
+	if got := e.recorded(box); !slices.Equal(got, []string{"eth0", "net1", "net2"}) {
+		t.Errorf("record after the add holds %v", got)
+	}
+	if got := e.metric("manifold_daemon_hotplug_operations_total", `operation="attach"`, `result="ok"`); got != attached+1 {
+		t.Errorf("attach ok = %v after a hot-plug, want %v", got, attached+1)
+	}
+	if got := e.metric("manifold_daemon_api_requests_total", `kind="pod_watch"`, `result="ok"`); got < 1 {
+		t.Errorf("pod_watch requests = %v, want at least 1", got)
+	}
+
+	// Remove: the interface and its lease go.
+	e.setNetworks(pod, "br")
+	e.waitStatus(pod, "eth0="+clusterName, "net2="+e.ns+"/br")
+	if _, ok := links(t, box.netns)["net1"]; ok {
+		t.Error("net1 still in the pod netns after it was removed")
+	}
+	e.waitEvent(pod, corev1.EventTypeNormal, "RemovedInterface", "Remove net1")
+	if got := filesMentioning(t, e.leaseDir, box.ContainerID, true); len(got) != 2 {
+		t.Errorf("host-local leases after the removal = %v, want 2 (eth0, net2)", got)
+	}
+
+	// Swap on the same interface name.
+	e.setNetworks(pod, `[{"name":"mv","interface":"net2"}]`)
+	e.waitStatus(pod, "eth0="+clusterName, "net2="+e.ns+"/mv")
+	if !addrIn(t, box, "net2", sm) {
+		t.Errorf("net2 after the swap has no address in %s: %v", sm, links(t, box.netns))
+	}
+	if got := e.recorded(box); !slices.Equal(got, []string{"eth0", "net2"}) {
+		t.Errorf("record after the swap holds %v", got)
+	}
+
+	// The pod's DEL removes the hot-plugged attachment too.
+	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
+}
+
+// A bad change changes nothing: a NAD that does not exist gets a Warning
+// naming it, and a delegate that fails is rolled back, with a Warning.
+func TestHotplugRefusedAndRolledBack(t *testing.T) {
+	e := newHotplugEnv(t)
+	sm := nextSubnet()
+	e.nad(e.ns, "mv", e.macvlanConf("", sm))
+	e.nad(e.ns, "broken", fmt.Sprintf(`{"cniVersion":"1.0.0","type":"macvlan","master":"no-such-link","mode":"bridge",
+		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`, nextSubnet(), e.leaseDir))
+	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+	conf := e.thickConf(nil)
+	box := e.thickSandbox(pod, conf)
+	e.mustAdd(conf, box)
+	want := []string{"eth0=" + clusterName, "net1=" + e.ns + "/mv"}
+	e.waitStatus(pod, want...)
+
+	e.setNetworks(pod, "mv, nope")
+	e.waitEvent(pod, corev1.EventTypeWarning, "HotplugFailed", e.ns+"/nope")
+	if got := sorted(keys(links(t, box.netns))); !slices.Equal(got, []string{"eth0", "net1"}) {
+		t.Errorf("interfaces after a change naming a missing NAD = %v", got)
+	}
+	if got := e.statusNames(pod); !slices.Equal(got, want) {
+		t.Errorf("network-status after a refused change = %v, want %v", got, want)
+	}
+
+	e.setNetworks(pod, "mv, broken")
+	e.waitEvent(pod, corev1.EventTypeWarning, "HotplugFailed", e.ns+"/broken")
+	if got := sorted(keys(links(t, box.netns))); !slices.Equal(got, []string{"eth0", "net1"}) {
+		t.Errorf("interfaces after a failed attach = %v", got)
+	}
+	if got := e.recorded(box); !slices.Equal(got, []string{"eth0", "net1"}) {
+		t.Errorf("record after a failed attach holds %v, want it rolled back", got)
+	}
+	if got := e.statusNames(pod); !slices.Equal(got, want) {
+		t.Errorf("network-status after a failed attach = %v, want %v", got, want)
+	}
+
+	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
+}
+
+// A change made while the daemon is down is made when it starts again.
+func TestHotplugDaemonRestart(t *testing.T) {
+	e := newHotplugEnv(t)
+	sm, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "mv", e.macvlanConf("", sm))
+	e.bridgeNAD("br", sb)
+	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+	conf := e.thickConf(nil)
+	box := e.thickSandbox(pod, conf)
+	e.mustAdd(conf, box)
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+
+	e.daemon.Stop(t)
+	e.setNetworks(pod, "br")
+	e.startDaemon()
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/br")
+	if !addrIn(t, box, "net1", sb) {
+		t.Errorf("net1 after the restart has no address in %s: %v", sb, links(t, box.netns))
+	}
+
+	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
+}
+
+// The pod's DEL right after an annotation change wins: whatever the
+// hot-plug did before it, nothing is left after it.
+func TestHotplugDelRightAfterChange(t *testing.T) {
+	e := newHotplugEnv(t)
+	sm, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "mv", e.macvlanConf("", sm))
+	e.bridgeNAD("br", sb)
+	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+	conf := e.thickConf(nil)
+	box := e.thickSandbox(pod, conf)
+	e.mustAdd(conf, box)
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+
+	e.setNetworks(pod, "br, mv@net5")
+	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
+	// A hot-plug still on its way finds no record, and leaves nothing.
+	time.Sleep(2 * time.Second)
+	e.checkNothingLeft(box)
+}
+
+// Many pods changed at once are all reconciled, and their DELs leave nothing.
+func TestHotplugManyPods(t *testing.T) {
+	e := newHotplugEnv(t)
+	sm, sb := nextSubnet(), nextSubnet()
+	e.nad(e.ns, "mv", e.macvlanConf("", sm))
+	e.bridgeNAD("br", sb)
+	conf := e.thickConf(nil)
+	const n = 50
+	pods := make([]*corev1.Pod, n)
+	boxes := make([]*sandbox, n)
+	for i := range n {
+		pods[i] = e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+		boxes[i] = e.thickSandbox(pods[i], conf)
+		e.mustAdd(conf, boxes[i])
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { e.setNetworks(pods[i], "br") })
+	}
+	wg.Wait()
+	for i := range n {
+		e.waitStatus(pods[i], "eth0="+clusterName, "net1="+e.ns+"/br")
+	}
+	for i := range n {
+		e.mustDel(conf, boxes[i])
+	}
+	// The pods share the cluster bridge: it is empty only after the last DEL.
+	for i := range n {
+		e.checkNothingLeft(boxes[i])
+	}
+}
