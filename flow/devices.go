@@ -94,7 +94,7 @@ func (p *Plugin) assignDevices(ctx context.Context, c *call, atts []netconf.Atta
 // its plugins look for them.
 func (p *Plugin) handDevice(c *call, att *netconf.Attachment) error {
 	if att.Resource != "" && att.DeviceID != "" {
-		b, err := setPluginKeys(att.Config, map[string]string{"deviceID": att.DeviceID, "pciBusID": att.DeviceID})
+		b, err := netconf.SetPluginKeys(att.Config, map[string]any{"deviceID": att.DeviceID, "pciBusID": att.DeviceID})
 		if err != nil {
 			return netconf.Invalid("network %s: give it device %s: %v", att.DisplayName(), att.DeviceID, err)
 		}
@@ -226,35 +226,4 @@ func withKey(m map[string]any, k string, v any) map[string]any {
 	}
 	out[k] = v
 	return out
-}
-
-// setPluginKeys sets each of keys at the top level of every plugin of the
-// conflist, replacing what the plugin had.
-func setPluginKeys(conflist []byte, keys map[string]string) ([]byte, error) {
-	var list map[string]json.RawMessage
-	if err := json.Unmarshal(conflist, &list); err != nil {
-		return nil, fmt.Errorf("decode conflist: %w", err)
-	}
-	var plugins []map[string]json.RawMessage
-	if err := json.Unmarshal(list["plugins"], &plugins); err != nil {
-		return nil, fmt.Errorf("decode \"plugins\": %w", err)
-	}
-	for i, pl := range plugins {
-		if pl == nil {
-			return nil, errors.New("a plugin is not an object")
-		}
-		for k, v := range keys {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return nil, err
-			}
-			plugins[i][k] = b
-		}
-	}
-	b, err := json.Marshal(plugins)
-	if err != nil {
-		return nil, err
-	}
-	list["plugins"] = b
-	return json.Marshal(list)
 }

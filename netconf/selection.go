@@ -147,6 +147,49 @@ func applyRequests(att *Attachment, n *Network, sel NetworkSelection) ([]string,
 // conflist. The annotation wins over a key the NAD already has; every other key,
 // in args.cni and elsewhere in the plugin, is kept.
 func mergeCNIArgs(conflist []byte, extra map[string]any) ([]byte, error) {
+	encoded, keys, err := encodeKeys(extra)
+	if err != nil {
+		return nil, err
+	}
+	return EditPlugins(conflist, func(i int, p map[string]json.RawMessage) error {
+		args, err := subObject(p, "args")
+		if err != nil {
+			return err
+		}
+		cni, err := subObject(args, "cni")
+		if err != nil {
+			return fmt.Errorf("\"args\": %w", err)
+		}
+		for _, k := range keys {
+			cni[k] = encoded[k]
+		}
+		if args["cni"], err = json.Marshal(cni); err != nil {
+			return err
+		}
+		p["args"], err = json.Marshal(args)
+		return err
+	})
+}
+
+// SetPluginKeys sets each of keys at the top level of every plugin of the
+// conflist, replacing what a plugin had: how a device reaches sriov-cni
+// ("deviceID") and host-device ("pciBusID").
+func SetPluginKeys(conflist []byte, keys map[string]any) ([]byte, error) {
+	encoded, names, err := encodeKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	return EditPlugins(conflist, func(_ int, p map[string]json.RawMessage) error {
+		for _, k := range names {
+			p[k] = encoded[k]
+		}
+		return nil
+	})
+}
+
+// EditPlugins decodes a conflist, calls edit on each plugin object in order,
+// and encodes it again; keys that edit does not touch are kept as they were.
+func EditPlugins(conflist []byte, edit func(i int, plugin map[string]json.RawMessage) error) ([]byte, error) {
 	var list map[string]json.RawMessage
 	if err := json.Unmarshal(conflist, &list); err != nil {
 		return nil, fmt.Errorf("decode conflist: %w", err)
@@ -155,37 +198,12 @@ func mergeCNIArgs(conflist []byte, extra map[string]any) ([]byte, error) {
 	if err := json.Unmarshal(list["plugins"], &plugins); err != nil {
 		return nil, fmt.Errorf("decode \"plugins\": %w", err)
 	}
-	encoded := make(map[string]json.RawMessage, len(extra))
-	keys := make([]string, 0, len(extra))
-	for k, v := range extra {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("encode key %q: %w", k, err)
-		}
-		encoded[k] = b
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	for i, p := range plugins {
 		if p == nil {
 			return nil, fmt.Errorf("plugin %d is not an object", i)
 		}
-		args, err := subObject(p, "args")
-		if err != nil {
+		if err := edit(i, p); err != nil {
 			return nil, fmt.Errorf("plugin %d: %w", i, err)
-		}
-		cni, err := subObject(args, "cni")
-		if err != nil {
-			return nil, fmt.Errorf("plugin %d: \"args\": %w", i, err)
-		}
-		for _, k := range keys {
-			cni[k] = encoded[k]
-		}
-		if args["cni"], err = json.Marshal(cni); err != nil {
-			return nil, err
-		}
-		if p["args"], err = json.Marshal(args); err != nil {
-			return nil, err
 		}
 	}
 	b, err := json.Marshal(plugins)
@@ -194,6 +212,22 @@ func mergeCNIArgs(conflist []byte, extra map[string]any) ([]byte, error) {
 	}
 	list["plugins"] = b
 	return json.Marshal(list)
+}
+
+// encodeKeys encodes each value of m, and lists the keys in order.
+func encodeKeys(m map[string]any) (map[string]json.RawMessage, []string, error) {
+	encoded := make(map[string]json.RawMessage, len(m))
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode key %q: %w", k, err)
+		}
+		encoded[k] = b
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return encoded, keys, nil
 }
 
 // subObject returns m[key] decoded as an object, or a new empty one when the key
