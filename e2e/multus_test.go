@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/manifold-cni/manifold/internal/testenv"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // TestMultusTakeover: a pod that Multus attached before manifold took the
@@ -91,6 +94,39 @@ func TestMultusTakeover(t *testing.T) {
 		}
 		e.mustDel(conf, kept)
 		e.checkNothingLeft(kept)
+	})
+	t.Run("an entry neither source explains", func(t *testing.T) {
+		e := e.sub(t)
+		pod := e.pod(e.ns, map[string]string{annotNetworks: "macvlan-conf, bridge-list@data0"})
+		sb := e.sandboxFor(pod)
+		broken := entries()
+		broken[1].Garbage = true // the record's config is unreadable, and the cache has none
+		testenv.MultusAttach(t, e.rt.BinDir, multusDir, sb.Pod, broken)
+		err := e.rt.Del(e.ctx(), conf, sb.Pod)
+		record := filepath.Join(multusDir, sb.ContainerID)
+		if err == nil {
+			t.Fatal("DEL succeeded, leaving net1 behind")
+		}
+		for _, want := range []string{e.ns + "/macvlan-conf", sb.ContainerID, record} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("DEL error %q does not name %q", err, want)
+			}
+		}
+		if got := linkNames(t, sb.netns); !slices.Equal(got, []string{"lo", "net1"}) {
+			t.Errorf("links after the failed DEL = %v, want lo and the unexplained net1 only: the rest is removed first", got)
+		}
+		warns := eventsOf(e.events(pod), corev1.EventTypeWarning, "ErrorDeletingInterface")
+		if len(warns) == 0 || !strings.Contains(warns[0].Message, "macvlan-conf") {
+			t.Errorf("Warning events %v, want one naming the network left behind", eventMessages(warns))
+		}
+		if _, err := os.Stat(record); err != nil {
+			t.Errorf("the record that names what is left was removed: %v", err)
+		}
+		// What the admin does by hand: remove the interface and the record.
+		_ = os.Remove(record)
+		for _, f := range filesMentioning(t, multusDir, sb.ContainerID, false) {
+			_ = os.Remove(f)
+		}
 	})
 	if entries, _ := os.ReadDir(filepath.Join(multusDir, "results")); len(entries) != 0 {
 		t.Errorf("Multus's cache entries left: %d", len(entries))
