@@ -165,7 +165,7 @@ func applyMultus(plugin map[string]any, m *multusConfig, o *Options) {
 // network itself: its cniVersion and capabilities are what the runtime used.
 func multusPrimary(m *multusConfig) (*Primary, error) {
 	if m.cniVersion == "" {
-		return nil, fmt.Errorf("Multus's config %s has no cniVersion", m.file)
+		return nil, fmt.Errorf("the Multus config %s has no cniVersion", m.file)
 	}
 	return &Primary{Name: m.file, CNIVersion: m.cniVersion, Capabilities: m.caps}, nil
 }

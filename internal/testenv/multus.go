@@ -84,6 +84,9 @@ func MultusAttach(t testing.TB, binDir, dir string, pod *Pod, entries []MultusEn
 				t.Fatalf("Multus's ADD of %s: %v", e.Name, err)
 			}
 		} else {
+			// Multus attaches a single conf as such, and libcni caches it so;
+			// the test must leave on disk what Multus leaves.
+			//lint:ignore SA1019 the deprecated form is the one Multus used
 			c, err := libcni.ConfFromBytes([]byte(e.Conf))
 			if err != nil {
 				t.Fatal(err)
