@@ -19,6 +19,7 @@ type results struct {
 	API         []*apiResult      `json:"api_requests,omitempty"`
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
+	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
 }
 
 type meta struct {
@@ -199,6 +200,7 @@ func (r *results) printTable(w io.Writer) {
 			fmt.Fprintf(w, "    %s\n", f)
 		}
 	}
+	r.Hotplug.print(w)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
