@@ -20,6 +20,7 @@ type results struct {
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
+	Devices     *devicesResult    `json:"devices,omitempty"`
 }
 
 type meta struct {
@@ -201,6 +202,7 @@ func (r *results) printTable(w io.Writer) {
 		}
 	}
 	r.Hotplug.print(w)
+	r.Devices.print(w)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
