@@ -39,6 +39,7 @@ type settings struct {
 	scaleCycles                        int
 	only                               string
 	baseline, baselineShim             string
+	hotplugRounds, deviceIterations    int
 }
 
 func main() {
@@ -57,7 +58,9 @@ func main() {
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale); default all")
+	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
+	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices section")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -72,7 +75,8 @@ func main() {
 		}
 	}
 	if *quick {
-		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim}
+		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
+			hotplugRounds: 5, deviceIterations: 5}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -211,6 +215,16 @@ func run(s settings, out string) (err error) {
 	if want("scale") {
 		if res.Scale, err = b.scale(s.scaleCycles, kindNoop, 3); err != nil {
 			return fmt.Errorf("scale: %w", err)
+		}
+	}
+	if want("hotplug") {
+		if res.Hotplug, err = b.hotplug(s.hotplugRounds, s.warmup); err != nil {
+			return fmt.Errorf("hotplug: %w", err)
+		}
+	}
+	if want("devices") {
+		if res.Devices, err = b.devices(s.deviceIterations, s.warmup); err != nil {
+			return fmt.Errorf("devices: %w", err)
 		}
 	}
 

@@ -19,6 +19,8 @@ type results struct {
 	API         []*apiResult      `json:"api_requests,omitempty"`
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
+	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
+	Devices     *devicesResult    `json:"devices,omitempty"`
 }
 
 type meta struct {
@@ -199,6 +201,8 @@ func (r *results) printTable(w io.Writer) {
 			fmt.Fprintf(w, "    %s\n", f)
 		}
 	}
+	r.Hotplug.print(w)
+	r.Devices.print(w)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

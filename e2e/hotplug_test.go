@@ -5,6 +5,7 @@ package e2e
 // when the annotation changes.
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/containernetworking/cni/libcni"
+	cnitypes "github.com/containernetworking/cni/pkg/types"
+
 	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/scratch"
 )
@@ -38,8 +42,16 @@ type hotplugEnv struct {
 
 func newHotplugEnv(t *testing.T) *hotplugEnv {
 	t.Helper()
+	return newHotplugEnvBin(t, false)
+}
+
+// newHotplugEnvBin is newHotplugEnv whose thick bin dir holds the manifold
+// binary too when fallback is true, so that the shim runs it when the daemon
+// is gone.
+func newHotplugEnvBin(t *testing.T, fallback bool) *hotplugEnv {
+	t.Helper()
 	e := &hotplugEnv{thickEnv: &thickEnv{env: newEnv(t)}}
-	e.thick = testenv.NewRuntime(t, testenv.ThickBinDir(t, false))
+	e.thick = testenv.NewRuntime(t, testenv.ThickBinDir(t, fallback))
 	e.socket = filepath.Join(t.TempDir(), "run", "manifold.sock")
 	e.metrics = freeAddr(t)
 	e.startDaemon()
@@ -355,4 +367,82 @@ func TestHotplugManyPods(t *testing.T) {
 	for i := range n {
 		e.checkNothingLeft(boxes[i])
 	}
+}
+
+// The daemon killed with SIGKILL in the middle of a hot-plug ADD, once the
+// network's real plugin (macvlan) has attached and while the gate plugin
+// chained after it holds the ADD open: the record was written ahead, so the
+// pod's DEL, run by the manifold binary since the daemon is gone, leaves
+// nothing; and separately, so does a GC whose valid set does not hold the
+// container.
+func TestHotplugDaemonKilledMidAttach(t *testing.T) {
+	for _, cleanup := range []string{"DEL", "GC"} {
+		t.Run(cleanup, func(t *testing.T) {
+			e := newHotplugEnvBin(t, true)
+			dir := t.TempDir()
+			reached, release := filepath.Join(dir, "reached"), filepath.Join(dir, "release")
+			// Whatever happens, no gate is left waiting.
+			t.Cleanup(func() { _ = os.WriteFile(release, nil, 0o600) })
+			e.nad(e.ns, "mv", e.macvlanConf("", nextSubnet()))
+			e.nad(e.ns, "held", gatedConf(t, e.macvlanConf("held-net", nextSubnet()), reached, release))
+			pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+			conf := e.thickConf(nil)
+			box := e.thickSandbox(pod, conf)
+			e.mustAdd(conf, box)
+			e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+
+			e.setNetworks(pod, "mv, held")
+			waitForFile(t, reached, hotplugWait)
+			if _, ok := links(t, box.netns)["net2"]; !ok {
+				t.Fatalf("net2 not in the pod netns while the gate holds its ADD: %v", links(t, box.netns))
+			}
+			if got := filesMentioning(t, e.leaseDir, box.ContainerID, true); len(got) != 3 {
+				t.Fatalf("host-local leases at the kill = %v, want 3 (eth0, net1, net2)", got)
+			}
+			e.daemon.Kill(t)
+
+			switch cleanup {
+			case "DEL":
+				// The shim finds no daemon and runs the manifold binary.
+				e.mustDel(conf, box)
+			case "GC":
+				gc := *conf
+				gc.CNIVersion = "1.1.0" // GC is CNI 1.1; libcni injects the list's version
+				args := &libcni.GCArgs{ValidAttachments: []cnitypes.GCAttachment{}}
+				if err := e.thick.CNI.GCNetworkList(e.ctx(), &gc, args); err != nil {
+					t.Fatalf("GC: %v", err)
+				}
+			}
+			e.checkNothingLeft(box)
+		})
+	}
+}
+
+// gatedConf wraps a single-plugin config into a conflist that ends with the
+// gate test plugin (internal/testenv/gate): its ADD creates reached and waits
+// for release.
+func gatedConf(t *testing.T, conf, reached, release string) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(conf), &m); err != nil {
+		t.Fatal(err)
+	}
+	list := map[string]any{"cniVersion": m["cniVersion"], "name": m["name"],
+		"plugins": []any{m, map[string]any{"type": "gate", "reached": reached, "release": release}}}
+	b, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// waitForFile polls for path, for at most bound.
+func waitForFile(t *testing.T, path string, bound time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear within %s", path, bound)
 }

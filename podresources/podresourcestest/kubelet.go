@@ -11,6 +11,7 @@ package podresourcestest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -84,15 +85,26 @@ func Start(tb testing.TB, pods ...Pod) *Kubelet {
 		tb.Fatalf("fake kubelet: %v", err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
+	k, err := Serve(filepath.Join(dir, "kubelet.sock"), pods...)
+	if err != nil {
+		tb.Fatalf("fake kubelet: %v", err)
+	}
+	tb.Cleanup(k.Stop)
+	return k
+}
+
+// Serve is Start for programs (the benchmark), which have no testing.TB: it
+// serves on socket until Stop, and the caller removes the socket's directory.
+func Serve(socket string, pods ...Pod) (*Kubelet, error) {
 	k := &Kubelet{
-		Socket: filepath.Join(dir, "kubelet.sock"),
+		Socket: socket,
 		calls:  map[string]int{},
 		done:   make(chan struct{}),
 	}
 	k.SetPods(pods...)
 	lis, err := net.Listen("unix", k.Socket)
 	if err != nil {
-		tb.Fatalf("fake kubelet: listen on %s: %v", k.Socket, err)
+		return nil, fmt.Errorf("listen on %s: %w", k.Socket, err)
 	}
 	k.srv = grpc.NewServer(grpc.UnaryInterceptor(k.intercept))
 	podresourcesv1.RegisterPodResourcesListerServer(k.srv, k)
@@ -100,8 +112,7 @@ func Start(tb testing.TB, pods ...Pod) *Kubelet {
 		defer close(k.done)
 		_ = k.srv.Serve(lis)
 	}()
-	tb.Cleanup(k.Stop)
-	return k
+	return k, nil
 }
 
 // Stop stops serving and removes the socket, as a kubelet that went away
