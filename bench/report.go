@@ -19,6 +19,7 @@ type results struct {
 	API         []*apiResult      `json:"api_requests,omitempty"`
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
+	Runtime     *runtimeResult    `json:"runtime,omitempty"`
 }
 
 type meta struct {
@@ -198,6 +199,10 @@ func (r *results) printTable(w io.Writer) {
 			}
 			fmt.Fprintf(w, "    %s\n", f)
 		}
+	}
+
+	if r.Runtime != nil {
+		r.Runtime.print(w)
 	}
 }
 

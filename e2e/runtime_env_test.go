@@ -252,16 +252,6 @@ func (e *criEnv) checkGone(id string) {
 	}
 }
 
-// checkBridgesEmpty checks that no pod is left on the node's bridges.
-func (e *criEnv) checkBridgesEmpty() {
-	e.t.Helper()
-	for _, br := range []string{e.bridge, e.net1Br} {
-		if got := testenv.BridgePorts(e.t, br); len(got) != 0 {
-			e.t.Errorf("ports on bridge %s = %v, want none", br, got)
-		}
-	}
-}
-
 // statusIPs reads the pod's network-status and maps each entry's interface
 // to its first IP. It LISTs the pod rather than GETting it, so that the
 // API server's pod GET count is manifold's alone.

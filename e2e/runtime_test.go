@@ -296,21 +296,32 @@ func runtimeDaemonCrash(e *criEnv) {
 // cniDir (records, locks, the results cache), no host-local lease, no port on
 // the bridges.
 func (e *criEnv) checkNodeEmpty() {
-	t := e.t
-	t.Helper()
+	e.t.Helper()
+	for _, l := range e.leftovers() {
+		e.t.Error(l)
+	}
+}
+
+func (e *criEnv) leftovers() []string {
+	var out []string
 	filepath.Walk(e.cniDir, func(p string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() {
-			t.Errorf("file left in cniDir: %s", p)
+			out = append(out, "file left in cniDir: "+p)
 		}
 		return nil
 	})
 	filepath.Walk(e.leaseDir, func(p string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() && net.ParseIP(filepath.Base(p)) != nil {
-			t.Errorf("host-local lease left: %s", p)
+			out = append(out, "host-local lease left: "+p)
 		}
 		return nil
 	})
-	e.checkBridgesEmpty()
+	for _, br := range []string{e.bridge, e.net1Br} {
+		if got := testenv.BridgePorts(e.t, br); len(got) != 0 {
+			out = append(out, fmt.Sprintf("ports left on bridge %s: %v", br, got))
+		}
+	}
+	return out
 }
 
 // logLines counts manifold's log lines with that message for the container.
