@@ -206,36 +206,19 @@ func (e *criEnv) stopRemove(sb *criSandbox) {
 	}
 }
 
-// netnsLinks lists the links in the sandbox's netns, which containerd names
-// in the sandbox's verbose status (its runtime spec).
+// netnsLinks lists the links in the sandbox's netns.
 func (e *criEnv) netnsLinks(sb *criSandbox) []string {
 	e.t.Helper()
-	st, err := e.node.Runtime.PodSandboxStatus(e.ctx(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.id, Verbose: true})
+	path, err := e.node.SandboxNetNS(e.ctx(), sb.id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var info struct {
-		RuntimeSpec struct {
-			Linux struct {
-				Namespaces []struct{ Type, Path string }
-			}
-		}
+	netns, err := ns.GetNS(path)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
-		e.t.Fatalf("sandbox status info: %v", err)
-	}
-	for _, n := range info.RuntimeSpec.Linux.Namespaces {
-		if n.Type == "network" && n.Path != "" {
-			netns, err := ns.GetNS(n.Path)
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			defer netns.Close()
-			return linkNames(e.t, netns)
-		}
-	}
-	e.t.Fatalf("sandbox %s: no network namespace path in its spec", sb.id[:12])
-	return nil
+	defer netns.Close()
+	return linkNames(e.t, netns)
 }
 
 // checkGone checks that nothing of the sandbox is left on the node: no

@@ -2,6 +2,7 @@ package crinode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -98,4 +99,29 @@ func (c *Containerd) NetworkReady(ctx context.Context) (ready bool, reason, mess
 		}
 	}
 	return false, "", "", fmt.Errorf("CRI status has no %s condition", runtimeapi.NetworkReady)
+}
+
+// SandboxNetNS is the path of the sandbox's network namespace, which
+// containerd names in the sandbox's verbose status (its runtime spec).
+func (c *Containerd) SandboxNetNS(ctx context.Context, id string) (string, error) {
+	st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		return "", err
+	}
+	var info struct {
+		RuntimeSpec struct {
+			Linux struct {
+				Namespaces []struct{ Type, Path string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+		return "", fmt.Errorf("sandbox %s: status info: %w", id, err)
+	}
+	for _, n := range info.RuntimeSpec.Linux.Namespaces {
+		if n.Type == "network" && n.Path != "" {
+			return n.Path, nil
+		}
+	}
+	return "", fmt.Errorf("sandbox %s: no network namespace path in its spec", id)
 }
