@@ -57,7 +57,7 @@ func main() {
 	flag.IntVar(&s.concPods, "conc", 20, "pods started at once")
 	flag.IntVar(&s.concRounds, "conc-rounds", 3, "rounds of concurrent pods per arm (after one warm-up round)")
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
-	flag.IntVar(&s.runtimeRounds, "runtime-rounds", 20, "rounds of RunPodSandbox per arm through containerd (after two warm-up rounds)")
+	flag.IntVar(&s.runtimeRounds, "runtime-rounds", 30, "rounds of RunPodSandbox per arm through containerd (after two warm-up rounds)")
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,runtime); default all")
