@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -309,25 +308,6 @@ func indent(s string, n int) string {
 		lines[i] = pad + l
 	}
 	return strings.Join(lines, "\n") + "\n"
-}
-
-func cniArgs(args [][2]string) string {
-	parts := make([]string, len(args))
-	for i, kv := range args {
-		parts[i] = kv[0] + "=" + kv[1]
-	}
-	return strings.Join(parts, ";")
-}
-
-func ipOut(netns string, args ...string) string {
-	out, err := exec.Command("ip", append([]string{"-n", netns}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("(ip failed: %v) %s", err, out)
-	}
-	if len(bytes.TrimSpace(out)) == 0 {
-		return "(none)\n"
-	}
-	return string(out)
 }
 
 // files lists the files under dir; leases=true leaves out host-local's lock
