@@ -37,7 +37,7 @@ type runtimeResult struct {
 	// than the ratio of the medians.
 	PairedRatioP50      float64 `json:"paired_ratio_p50"`
 	ThickPairedRatioP50 float64 `json:"thick_paired_ratio_p50"`
-	Note          string  `json:"note"`
+	Note                string  `json:"note"`
 }
 
 // runtimeArm is one containerd and the conflist in its conf dir.
