@@ -51,19 +51,7 @@ build_kubelet() (
   mv "$kubelet.tmp" "$kubelet"
 )
 
-# timed runs a build with a line on stderr every 30 s, so a cold run shows it is alive.
-timed() {
-  local what=$1; shift
-  local start=$SECONDS
-  echo "building $what (cold: several minutes on 2 cores)" >&2
-  ( while sleep 30; do echo "  ... still building $what ($((SECONDS - start)) s)" >&2; done ) &
-  local ticker=$!
-  local rc=0
-  "$@" || rc=$?
-  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
-  ((rc == 0)) || { echo "building $what failed" >&2; return "$rc"; }
-  echo "built $what in $((SECONDS - start)) s" >&2
-}
+source "$(dirname "$0")/progress.sh"
 
 [ -x "$containerd_dir/containerd-shim-runc-v2" ] || timed "containerd $CONTAINERD_VERSION" build_containerd
 [ -x "$kubelet" ] || timed "kubelet $K8S_VERSION" build_kubelet
