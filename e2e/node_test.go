@@ -245,6 +245,7 @@ func nodeReadiness(n *kubeNode) {
 		}
 	}()
 	msg := n.waitReady(false)
+	t.Logf("node NotReady: %s", msg)
 	if want := "readiness indicator file " + n.readyFile + " is missing"; !strings.Contains(msg, want) {
 		t.Errorf("node NotReady message %q does not hold manifold's %q", msg, want)
 	}

@@ -144,6 +144,7 @@ func runtimeStatus(e *criEnv) {
 		}
 	}()
 	msg := e.waitNetworkReady(false)
+	t.Logf("NetworkReady false: %s", msg)
 	if want := "readiness indicator file " + e.readyFile + " is missing"; !strings.Contains(msg, want) {
 		t.Errorf("NetworkReady message %q does not hold manifold's %q", msg, want)
 	}
