@@ -133,6 +133,7 @@ func Start(ctx context.Context, bins Binaries, opts Options) (*Containerd, error
 	}
 	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), bins: bins, opts: opts,
 		logFile: filepath.Join(dir, "containerd.log")}
+	track(c, nil, true)
 	if err := c.start(ctx); err != nil {
 		c.Stop()
 		return nil, err
@@ -361,6 +362,7 @@ func (c *Containerd) Stop() {
 		c.conn = nil
 	}
 	c.removeLeftovers()
+	track(c, nil, false)
 }
 
 func (c *Containerd) exited() bool {

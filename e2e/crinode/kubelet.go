@@ -93,6 +93,7 @@ func StartKubelet(ctx context.Context, bins Binaries, c *Containerd, kubeconfig,
 			k.madeLegacy = p
 		}
 	}
+	track(nil, k, true)
 	if err := k.start(ctx, bins, c, kubeconfig, log); err != nil {
 		k.Stop()
 		return nil, err
@@ -198,6 +199,7 @@ func (k *Kubelet) Stop() {
 		unmountUnder(k.madeLegacy)
 		os.RemoveAll(k.madeLegacy)
 	}
+	track(nil, k, false)
 }
 
 // freePort asks the kernel for an unused loopback port.
