@@ -38,12 +38,14 @@ func (d *demo) mode(ctx context.Context, title string, daemon bool) error {
 	}
 	// In daemon mode the bin dir has no manifold binary, so the shim has
 	// nothing to fall back to: only the daemon can answer.
-	link := testenv.LinkBinDir(binDir, d.plugins, d.manifold)
+	var err error
 	if daemon {
-		link = testenv.LinkPlugins(binDir, d.plugins)
+		err = testenv.LinkPlugins(binDir, d.plugins)
+	} else {
+		err = testenv.LinkBinDir(binDir, d.plugins, d.manifold)
 	}
-	if link != nil {
-		return link
+	if err != nil {
+		return err
 	}
 	socket := ""
 	if daemon {
