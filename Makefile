@@ -9,7 +9,7 @@ FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netc
 
 export MANIFOLD_CACHE := $(CACHE)
 
-.PHONY: all build tools plugins control-plane test unit fuzz demo bench lint clean
+.PHONY: all build tools plugins control-plane node test unit fuzz demo bench lint clean
 
 all: build
 
@@ -19,8 +19,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold-install ./cmd/manifold-install
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/manifold-shim ./cmd/manifold-shim
 
-# The test plugins and the control plane, built from Go modules into $(CACHE).
-tools: plugins control-plane
+# The test plugins, the control plane and the node (containerd, the kubelet),
+# built from Go modules into $(CACHE).
+tools: plugins control-plane node
 
 plugins:
 	@bash hack/build-plugins.sh >/dev/null
@@ -28,14 +29,20 @@ plugins:
 control-plane:
 	@bash hack/build-control-plane.sh >/dev/null
 
-# Every tier: unit, privileged (real netns and plugins) and e2e (real
-# kube-apiserver and etcd), then each fuzz target for $(FUZZTIME).
+node:
+	@bash hack/build-node.sh >/dev/null
+
+# Every tier: unit, privileged (real netns and plugins), e2e (real
+# kube-apiserver and etcd) with its runtime tier and real node (containerd,
+# runc, the kubelet), then each fuzz target for $(FUZZTIME).
 test: build tools
 	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
 	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
 	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
 	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
+	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
+	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
 	$(GO) test -count=1 -timeout 40m ./...
 	$(MAKE) fuzz
 
@@ -54,6 +61,8 @@ demo: build tools
 	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
 	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
+	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
+	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
 	$(GO) run ./e2e/demo
 
 bench: build tools
@@ -62,6 +71,8 @@ bench: build tools
 	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
 	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
+	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
+	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
 	$(GO) run ./bench -out bench-results.json
 
 lint:

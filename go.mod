@@ -15,6 +15,7 @@ require (
 	k8s.io/api v0.35.0
 	k8s.io/apimachinery v0.35.0
 	k8s.io/client-go v0.35.0
+	k8s.io/cri-api v0.35.0
 	k8s.io/kubelet v0.35.0
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -6,8 +6,9 @@
 //
 //	go run ./bench -out bench-results.json
 //
-// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER
-// and MANIFOLD_ETCD; without them it builds what it needs. The method and a
+// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER,
+// MANIFOLD_ETCD and MANIFOLD_CONTAINERD_DIR (the runtime section's containerd);
+// without them it builds what it needs. The method and a
 // run's figures are in docs/performance.md.
 package main
 
@@ -37,6 +38,7 @@ type settings struct {
 	versionRuns                        int
 	concPods, concRounds               int
 	scaleCycles                        int
+	runtimeRounds                      int
 	only                               string
 	baseline, baselineShim             string
 	hotplugRounds, deviceIterations    int
@@ -56,11 +58,12 @@ func main() {
 	flag.IntVar(&s.concPods, "conc", 20, "pods started at once")
 	flag.IntVar(&s.concRounds, "conc-rounds", 3, "rounds of concurrent pods per arm (after one warm-up round)")
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
+	flag.IntVar(&s.runtimeRounds, "runtime-rounds", 30, "rounds of RunPodSandbox per arm through containerd (after two warm-up rounds)")
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
 	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices section")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices); default all")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -76,7 +79,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -106,7 +109,7 @@ func run(s settings, out string) (err error) {
 		Settings: map[string]int{
 			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "iterations_fresh": s.freshIterations, "warmup": s.warmup,
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
-			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles,
+			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds,
 		},
 	}}
 	res.Meta.Host, _ = os.Hostname()
@@ -225,6 +228,13 @@ func run(s settings, out string) (err error) {
 	if want("devices") {
 		if res.Devices, err = b.devices(s.deviceIterations, s.warmup); err != nil {
 			return fmt.Errorf("devices: %w", err)
+		}
+	}
+
+	if want("runtime") {
+		logf("runtime: RunPodSandbox through containerd, %d rounds per arm (direct, manifold, thick)", s.runtimeRounds)
+		if res.Runtime, err = b.sandboxes(s.runtimeRounds, 2); err != nil {
+			return fmt.Errorf("runtime: %w", err)
 		}
 	}
 

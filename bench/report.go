@@ -21,6 +21,7 @@ type results struct {
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
 	Devices     *devicesResult    `json:"devices,omitempty"`
+	Runtime     *runtimeResult    `json:"runtime,omitempty"`
 }
 
 type meta struct {
@@ -203,6 +204,10 @@ func (r *results) printTable(w io.Writer) {
 	}
 	r.Hotplug.print(w)
 	r.Devices.print(w)
+
+	if r.Runtime != nil {
+		r.Runtime.print(w)
+	}
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

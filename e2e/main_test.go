@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
+	"github.com/manifold-cni/manifold/e2e/crinode"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
@@ -38,7 +39,8 @@ func TestMain(m *testing.M) {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		s := <-sigs
-		fmt.Fprintf(os.Stderr, "e2e: %v: stopping the control plane\n", s)
+		fmt.Fprintf(os.Stderr, "e2e: %v: stopping the nodes and the control plane\n", s)
+		crinode.StopAll()
 		stopShared()
 		os.Exit(130)
 	}()

@@ -15,9 +15,10 @@ apiserver=$CACHE/kube-apiserver-$K8S_VERSION
 etcd=$CACHE/etcd-$ETCD_VERSION
 mkdir -p "$CACHE"
 
-build_apiserver() {
-  local work; work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
+build_apiserver() (
+  # A subshell, so that the EXIT trap removes the module dir however it ends.
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
   # k8s.io/kubernetes points its staging modules at ./staging; pin each one to the
   # published v0.Y.Z that matches this release instead.
   local staging_version=v0.${K8S_VERSION#v1.}
@@ -33,18 +34,20 @@ build_apiserver() {
   (cd "$work" && go mod tidy >/dev/null 2>&1 || true)
   (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
   mv "$apiserver.tmp" "$apiserver"
-}
+)
 
-build_etcd() {
-  local work; work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
+build_etcd() (
+  # A subshell, so that the EXIT trap removes the module dir however it ends.
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
   printf 'module manifold.local/etcd-build\n\ngo 1.26\n' >"$work/go.mod"
   (cd "$work" && GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1)
   (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -o "$etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$etcd.tmp" "$etcd"
-}
+)
 
-[ -x "$etcd" ] || { echo "building etcd $ETCD_VERSION (cold: a few minutes)" >&2; build_etcd; }
-[ -x "$apiserver" ] || { echo "building kube-apiserver $K8S_VERSION (cold: about 10 minutes)" >&2; build_apiserver; }
+source "$(dirname "$0")/progress.sh"
+[ -x "$etcd" ] || timed "etcd $ETCD_VERSION" build_etcd
+[ -x "$apiserver" ] || timed "kube-apiserver $K8S_VERSION" build_apiserver
 echo "$apiserver"
 echo "$etcd"

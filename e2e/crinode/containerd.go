@@ -1,0 +1,473 @@
+// Package crinode runs a throwaway node runtime for manifold's runtime tier,
+// its real node in e2e, the demo and the bench (issue 23): containerd 2.x with
+// Debian's runc, driven over its real CRI gRPC API (k8s.io/cri-api), and
+// optionally a kubelet on it. Everything lives in one temp dir, except the
+// shim sockets, which containerd always puts under /run/containerd/s/; Stop
+// removes all of it, the mounts, the processes and those sockets included.
+package crinode
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+)
+
+// ErrBinariesUnavailable means containerd or the kubelet could not be found
+// or built; tests skip on it unless privileged tests are required.
+var ErrBinariesUnavailable = errors.New("node binaries unavailable")
+
+// Binaries are the node's programs: containerd, ctr and
+// containerd-shim-runc-v2 in ContainerdDir, and the kubelet.
+type Binaries struct {
+	ContainerdDir string
+	Kubelet       string
+}
+
+var (
+	findOnce sync.Once
+	found    Binaries
+	findErr  error
+)
+
+// FindBinaries returns $MANIFOLD_CONTAINERD_DIR and $MANIFOLD_KUBELET (which
+// may be empty: no kubelet) when the first is set, or else what hack/build-node.sh builds (cached by version;
+// a cold build takes minutes and shows its progress on stderr). runc must be
+// on PATH (Debian's package).
+func FindBinaries() (Binaries, error) {
+	findOnce.Do(func() { found, findErr = findBinaries() })
+	return found, findErr
+}
+
+func findBinaries() (Binaries, error) {
+	if _, err := exec.LookPath("runc"); err != nil {
+		return Binaries{}, fmt.Errorf("%w: runc is not on PATH (apt-get install -y runc)", ErrBinariesUnavailable)
+	}
+	b := Binaries{ContainerdDir: os.Getenv("MANIFOLD_CONTAINERD_DIR"), Kubelet: os.Getenv("MANIFOLD_KUBELET")}
+	if b.ContainerdDir == "" {
+		root, err := testenv.FindRepoRoot()
+		if err != nil {
+			return Binaries{}, err
+		}
+		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-node.sh"))
+		cmd.Dir = root
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return Binaries{}, fmt.Errorf("%w: hack/build-node.sh: %v", ErrBinariesUnavailable, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 2 {
+			return Binaries{}, fmt.Errorf("%w: hack/build-node.sh printed %q", ErrBinariesUnavailable, out)
+		}
+		b = Binaries{ContainerdDir: lines[0], Kubelet: lines[1]}
+	}
+	for _, p := range []string{filepath.Join(b.ContainerdDir, "containerd"), filepath.Join(b.ContainerdDir, "ctr"),
+		filepath.Join(b.ContainerdDir, "containerd-shim-runc-v2"), b.Kubelet} {
+		if p == "" {
+			continue
+		}
+		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+			return Binaries{}, fmt.Errorf("%w: %s is not an executable", ErrBinariesUnavailable, p)
+		}
+	}
+	return b, nil
+}
+
+// Options configure Start.
+type Options struct {
+	// CNIBinDir and CNIConfDir are the CRI plugin's CNI dirs: the node's
+	// /opt/cni/bin and /etc/cni/net.d.
+	CNIBinDir, CNIConfDir string
+	// TempDir is the parent of containerd's dir; empty means os.TempDir().
+	TempDir string
+	// Log receives containerd's output; nil means a file in its dir.
+	Log io.Writer
+}
+
+// Containerd is a running throwaway containerd with its CRI clients.
+type Containerd struct {
+	// Dir holds the config, root, state, runc's root and the socket.
+	Dir string
+	// Socket is the containerd (and CRI) socket.
+	Socket  string
+	Runtime runtimeapi.RuntimeServiceClient
+	Images  runtimeapi.ImageServiceClient
+
+	bins    Binaries
+	opts    Options
+	conn    *grpc.ClientConn
+	logFile string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start writes the config, starts containerd, imports the node image (built
+// here, never pulled) and returns once the CRI answers. On error nothing is
+// left.
+func Start(ctx context.Context, bins Binaries, opts Options) (*Containerd, error) {
+	dir, err := os.MkdirTemp(opts.TempDir, "manifold-containerd-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), bins: bins, opts: opts,
+		logFile: filepath.Join(dir, "containerd.log")}
+	track(c, nil, true)
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Containerd) start(ctx context.Context) error {
+	if err := os.WriteFile(filepath.Join(c.Dir, "config.toml"), []byte(c.config()), 0o644); err != nil {
+		return err
+	}
+	if err := c.launch(ctx); err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	c.Runtime = runtimeapi.NewRuntimeServiceClient(conn)
+	c.Images = runtimeapi.NewImageServiceClient(conn)
+	if err := c.waitCRI(ctx); err != nil {
+		return err
+	}
+	img, err := BuildImage(ctx, c.Dir)
+	if err != nil {
+		return err
+	}
+	if out, err := c.Ctr(ctx, "images", "import", "--snapshotter", "native", img); err != nil {
+		return fmt.Errorf("ctr images import: %w: %s", err, out)
+	}
+	return nil
+}
+
+// config is containerd's config, version 4. Each setting is here for a reason:
+// the sockets in our dir (a top-level [grpc] table is ignored in v4), the
+// native snapshotter (no overlay in a nested container), netns mounts under
+// the state dir, runc's root in our dir, NRI off, restrict_oom_score_adj
+// (without CAP_SYS_RESOURCE runc cannot set a sandbox's -998, and every
+// sandbox fails), the pinned sandbox image, and CNI from the given dirs with
+// one conf file, as a node runs manifold (lo is brought up by containerd
+// itself, so the loopback plugin is not needed).
+func (c *Containerd) config() string {
+	q := strconv.Quote
+	d := func(p string) string { return q(filepath.Join(c.Dir, p)) }
+	return `version = 4
+root = ` + d("root") + `
+state = ` + d("state") + `
+temp = ` + d("tmp") + `
+disabled_plugins = ["io.containerd.nri.v1.nri"]
+
+[plugins.'io.containerd.server.v1.grpc']
+  address = ` + q(c.Socket) + `
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = ` + q(c.Socket+".ttrpc") + `
+[plugins.'io.containerd.internal.v1.opt']
+  path = ` + d("opt") + `
+
+[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+  platform = "linux/amd64"
+  snapshotter = "native"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "native"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = ` + q(ImageRef) + `
+
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  disable_apparmor = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      snapshotter = "native"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = ` + q(runcPath()) + `
+        Root = ` + d("runc") + `
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [` + q(c.opts.CNIBinDir) + `]
+    conf_dir = ` + q(c.opts.CNIConfDir) + `
+    max_conf_num = 1
+    use_internal_loopback = true
+`
+}
+
+func runcPath() string {
+	p, err := exec.LookPath("runc")
+	if err != nil {
+		return "runc"
+	}
+	return p
+}
+
+// launch starts the containerd process. It dies with the test process
+// (Pdeathsig; see testenv.RunDaemon for the locked thread).
+func (c *Containerd) launch(ctx context.Context) error {
+	cmd := exec.Command(filepath.Join(c.bins.ContainerdDir, "containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
+	// The shim is found on PATH.
+	cmd.Env = append(os.Environ(), "PATH="+c.bins.ContainerdDir+":"+os.Getenv("PATH"))
+	if c.opts.Log != nil {
+		cmd.Stdout, cmd.Stderr = c.opts.Log, c.opts.Log
+	} else {
+		f, err := os.OpenFile(c.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cmd.Stdout, cmd.Stderr = f, f
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		cmd.Wait()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+	return nil
+}
+
+// waitCRI waits (at most a minute) until the CRI answers Version.
+func (c *Containerd) waitCRI(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last error
+	for {
+		if _, err := os.Stat(c.Socket); err == nil {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, last = c.Runtime.Version(rctx, &runtimeapi.VersionRequest{})
+			rcancel()
+			if last == nil {
+				return nil
+			}
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("containerd exited during start-up:\n%s", c.LogTail())
+		case <-ctx.Done():
+			return fmt.Errorf("containerd's CRI did not answer within a minute (last: %v):\n%s", last, c.LogTail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Ctr runs ctr against this containerd, in the k8s.io namespace.
+func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bins.ContainerdDir, "ctr"), append([]string{"--address", c.Socket, "-n", "k8s.io"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Kill ends containerd with SIGKILL, as a crash would; its shims and
+// sandboxes keep running.
+func (c *Containerd) Kill() {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart starts containerd again on the same dirs after Kill, and waits for
+// its CRI.
+func (c *Containerd) Restart(ctx context.Context) error {
+	if err := c.launch(ctx); err != nil {
+		return err
+	}
+	return c.waitCRI(ctx)
+}
+
+// LogTail is the end of containerd's log, when it goes to its file.
+func (c *Containerd) LogTail() string {
+	b, _ := os.ReadFile(c.logFile)
+	if len(b) > 8<<10 {
+		b = b[len(b)-8<<10:]
+	}
+	return string(b)
+}
+
+// Stop removes every sandbox through the CRI (so the CNI DELs run), stops
+// containerd, and then removes whatever is still there: runc containers,
+// shims, their sockets under /run/containerd/s/, mounts, and the dir. It is
+// safe to call more than once.
+func (c *Containerd) Stop() {
+	if c.conn != nil && !c.exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if list, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
+			for _, sb := range list.Items {
+				c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
+				c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+			}
+		}
+		cancel()
+	}
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.mu.Unlock()
+	if cmd != nil && !c.exited() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+	c.removeLeftovers()
+	track(c, nil, false)
+}
+
+func (c *Containerd) exited() bool {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Containerd) removeLeftovers() {
+	runcRoot := filepath.Join(c.Dir, "runc")
+	if out, err := exec.Command(runcPath(), "--root", filepath.Join(runcRoot, "k8s.io"), "list", "-q").Output(); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			exec.Command(runcPath(), "--root", filepath.Join(runcRoot, "k8s.io"), "delete", "-f", id).Run()
+		}
+	}
+	for _, pid := range c.shimPids() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// A shim's socket is /run/containerd/s/<sha256(address/namespace/id)>;
+	// the ids are the task dirs in our state dir.
+	tasks, _ := os.ReadDir(filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", "k8s.io"))
+	for _, t := range tasks {
+		for _, p := range []string{filepath.Join(c.Socket, "k8s.io", t.Name()), filepath.Join(c.Socket, "k8s.io", t.Name(), "debug")} {
+			os.Remove(filepath.Join("/run/containerd/s", fmt.Sprintf("%x", sha256.Sum256([]byte(p)))))
+		}
+	}
+	unmountUnder(c.Dir)
+	os.RemoveAll(c.Dir)
+}
+
+// shimPids are the containerd-shim-runc-v2 processes started by this
+// containerd: their command line names its socket.
+func (c *Containerd) shimPids() []int {
+	var pids []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-address" && args[i+1] == c.Socket {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var points []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) > 4 {
+			mp := unescapeMount(fields[4])
+			if mp == dir || strings.HasPrefix(mp, dir+"/") {
+				points = append(points, mp)
+			}
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		unix.Unmount(p, unix.MNT_DETACH)
+	}
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,127 @@
+package crinode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// SandboxConfig is a pod sandbox as the kubelet would ask for it: its
+// metadata, its annotations, and a log dir in the containerd dir.
+func (c *Containerd) SandboxConfig(namespace, name, uid string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: namespace, Uid: uid},
+		Hostname:     name,
+		LogDirectory: c.Dir + "/pods/" + uid,
+		Annotations:  annotations,
+		Labels:       map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.uid": uid},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+}
+
+// RunSandbox is RunPodSandbox: it returns the sandbox ID.
+func (c *Containerd) RunSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig) (string, error) {
+	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		return "", err
+	}
+	return resp.PodSandboxId, nil
+}
+
+// SandboxIP is the IP the runtime reports for the sandbox: the default
+// network's, which the kubelet makes status.podIP.
+func (c *Containerd) SandboxIP(ctx context.Context, id string) (string, error) {
+	st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if err != nil {
+		return "", err
+	}
+	if st.Status.GetNetwork() == nil {
+		return "", fmt.Errorf("sandbox %s has no network status", id)
+	}
+	return st.Status.Network.Ip, nil
+}
+
+// StopRemove is StopPodSandbox then RemovePodSandbox, as the kubelet does when
+// a pod is deleted: containerd DELs on each.
+func (c *Containerd) StopRemove(ctx context.Context, id string) error {
+	if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("StopPodSandbox: %w", err)
+	}
+	if _, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("RemovePodSandbox: %w", err)
+	}
+	return nil
+}
+
+// RunContainer creates and starts a container of the node image in the
+// sandbox, running args, and returns its ID.
+func (c *Containerd) RunContainer(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, name string, args ...string) (string, error) {
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: ImageRef},
+		Command:  args[:1],
+		Args:     args[1:],
+		LogPath:  name + ".log",
+		Linux:    &runtimeapi.LinuxContainerConfig{},
+	}
+	created, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sb})
+	if err != nil {
+		return "", fmt.Errorf("CreateContainer: %w", err)
+	}
+	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
+		return "", fmt.Errorf("StartContainer: %w", err)
+	}
+	return created.ContainerId, nil
+}
+
+// Exec runs cmd in a running container (ExecSync) and returns its output and
+// exit code.
+func (c *Containerd) Exec(ctx context.Context, containerID string, cmd ...string) (stdout, stderr string, code int32, err error) {
+	resp, err := c.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: containerID, Cmd: cmd, Timeout: 30})
+	if err != nil {
+		return "", "", 0, err
+	}
+	return string(resp.Stdout), string(resp.Stderr), resp.ExitCode, nil
+}
+
+// NetworkReady is the NetworkReady condition of the CRI Status: containerd
+// asks the CNI plugin (STATUS) on each call.
+func (c *Containerd) NetworkReady(ctx context.Context) (ready bool, reason, message string, err error) {
+	st, err := c.Runtime.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return false, "", "", err
+	}
+	for _, cond := range st.Status.GetConditions() {
+		if cond.Type == runtimeapi.NetworkReady {
+			return cond.Status, cond.Reason, cond.Message, nil
+		}
+	}
+	return false, "", "", fmt.Errorf("CRI status has no %s condition", runtimeapi.NetworkReady)
+}
+
+// SandboxNetNS is the path of the sandbox's network namespace, which
+// containerd names in the sandbox's verbose status (its runtime spec).
+func (c *Containerd) SandboxNetNS(ctx context.Context, id string) (string, error) {
+	st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		return "", err
+	}
+	var info struct {
+		RuntimeSpec struct {
+			Linux struct {
+				Namespaces []struct{ Type, Path string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+		return "", fmt.Errorf("sandbox %s: status info: %w", id, err)
+	}
+	for _, n := range info.RuntimeSpec.Linux.Namespaces {
+		if n.Type == "network" && n.Path != "" {
+			return n.Path, nil
+		}
+	}
+	return "", fmt.Errorf("sandbox %s: no network namespace path in its spec", id)
+}

@@ -1,0 +1,213 @@
+package crinode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// legacyKubeletDir is where the kubelet makes its device-plugin socket
+// whatever its --root-dir says; Stop removes what it made there.
+const legacyKubeletDir = "/var/lib/kubelet"
+
+// Kubelet is a running kubelet on a Containerd, registered with an API
+// server as NodeName.
+type Kubelet struct {
+	Dir      string
+	NodeName string
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logFile string
+	// madeLegacy is the first path under /var/lib/kubelet that did not
+	// exist before the kubelet started (empty: it all did).
+	madeLegacy string
+}
+
+// kubeletConfig is the KubeletConfiguration that lets a kubelet run inside a
+// container here: cgroup v1 with cgroupfs and no QoS cgroups or allocatable
+// enforcement, no swap check, no local storage isolation, eviction thresholds
+// near zero (cadvisor cannot stat the root disk here), anonymous AlwaysAllow
+// auth on 127.0.0.1, and everything in its own dir. Node status is reported
+// every second, so that a NotReady shows quickly.
+func (k *Kubelet) kubeletConfig(endpoint string, port, healthz int) string {
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+localStorageCapacityIsolation: false
+evictionHard:
+  memory.available: "1Ki"
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+address: 127.0.0.1
+port: ` + strconv.Itoa(port) + `
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: ` + strconv.Itoa(healthz) + `
+containerRuntimeEndpoint: unix://` + endpoint + `
+podLogsDir: ` + filepath.Join(k.Dir, "pod-logs") + `
+nodeStatusUpdateFrequency: 1s
+nodeStatusReportFrequency: 1s
+syncFrequency: 5s
+registerNode: true
+`
+}
+
+// StartKubelet starts a kubelet on c, joining the API server of kubeconfig as
+// nodeName, and returns once its healthz answers. Its output goes to log, or
+// to a file in its dir when log is nil.
+func StartKubelet(ctx context.Context, bins Binaries, c *Containerd, kubeconfig, nodeName string, log io.Writer) (*Kubelet, error) {
+	if bins.Kubelet == "" {
+		return nil, fmt.Errorf("%w: no kubelet (set MANIFOLD_KUBELET or run hack/build-node.sh)", ErrBinariesUnavailable)
+	}
+	dir, err := os.MkdirTemp(c.opts.TempDir, "manifold-kubelet-")
+	if err != nil {
+		return nil, err
+	}
+	k := &Kubelet{Dir: dir, NodeName: nodeName, logFile: filepath.Join(dir, "kubelet.log")}
+	for p := legacyKubeletDir + "/device-plugins/kubelet.sock"; p != "/var/lib"; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err != nil {
+			k.madeLegacy = p
+		}
+	}
+	track(nil, k, true)
+	if err := k.start(ctx, bins, c, kubeconfig, log); err != nil {
+		k.Stop()
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubeconfig string, log io.Writer) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	healthz, err := freePort()
+	if err != nil {
+		return err
+	}
+	config := filepath.Join(k.Dir, "config.yaml")
+	if err := os.WriteFile(config, []byte(k.kubeletConfig(c.Socket, port, healthz)), 0o644); err != nil {
+		return err
+	}
+	k.cmd = exec.Command(bins.Kubelet, "--config", config, "--kubeconfig", kubeconfig,
+		"--root-dir", filepath.Join(k.Dir, "root"), "--cert-dir", filepath.Join(k.Dir, "pki"),
+		"--hostname-override", k.NodeName, "--node-ip", "127.0.0.1", "-v", "2")
+	if log == nil {
+		f, err := os.Create(k.logFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		log = f
+	}
+	k.cmd.Stdout, k.cmd.Stderr = log, log
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	k.done = make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := k.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		k.cmd.Wait()
+		close(k.done)
+	}()
+	if err := <-started; err != nil {
+		k.done = nil
+		return fmt.Errorf("start kubelet: %w", err)
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(healthz) + "/healthz"
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-k.done:
+			return fmt.Errorf("kubelet exited during start-up:\n%s", k.LogTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubelet healthz did not answer within 2 minutes:\n%s", k.LogTail())
+		}
+	}
+}
+
+// LogTail is the end of the kubelet's log, when it goes to its file.
+func (k *Kubelet) LogTail() string {
+	b, _ := os.ReadFile(k.logFile)
+	if len(b) > 8<<10 {
+		b = b[len(b)-8<<10:]
+	}
+	return string(b)
+}
+
+// Stop ends the kubelet (SIGTERM, SIGKILL after 15 s), unmounts its root
+// dir (it bind-mounts it onto itself), removes its dir and what it made
+// under /var/lib/kubelet. The pods' sandboxes stay in containerd, whose Stop
+// removes them. Safe to call more than once.
+func (k *Kubelet) Stop() {
+	if k.done != nil {
+		select {
+		case <-k.done:
+		default:
+			k.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-k.done:
+			case <-time.After(15 * time.Second):
+				k.cmd.Process.Kill()
+				<-k.done
+			}
+		}
+	}
+	unmountUnder(k.Dir)
+	os.RemoveAll(k.Dir)
+	if k.madeLegacy != "" {
+		unmountUnder(k.madeLegacy)
+		os.RemoveAll(k.madeLegacy)
+	}
+	track(nil, k, false)
+}
+
+// freePort asks the kernel for an unused loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
