@@ -118,7 +118,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	atts = append(extra, atts...)
 	if len(atts) == 0 && !foreign && req.Fallback != nil {
 		if att := req.Fallback(ctx); att != nil {
-			r.Log.Info("nothing recorded or cached for the container; deleting the default network as the config names it", "network", att.DisplayName())
+			r.Log.Debug("nothing recorded or cached for the container (the runtime's second DEL, or a pod from before manifold); deleting the default network as the config names it", "network", att.DisplayName())
 			atts = []netconf.Attachment{*att}
 			files = []string{"the config (fallback)"}
 		}
