@@ -3,7 +3,11 @@ package delegate
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"sort"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -168,6 +172,27 @@ func (r *Runner) delBounded(ctx context.Context, rec *scratch.Record, att *netco
 // into parsing: it is a LeftBehindError, never a silent success.
 func (r *Runner) delOne(ctx context.Context, rec *scratch.Record, att *netconf.Attachment, file string) error {
 	return r.delWith(ctx, r.CNI, rec, att, file)
+}
+
+// delWith is delOne with another libcni (Multus's cache dir). file names the
+// record or the cache entry the attachment was read from.
+func (r *Runner) delWith(ctx context.Context, cni libcni.CNI, rec *scratch.Record, att *netconf.Attachment, file string) error {
+	list, err := confList(att)
+	if err != nil {
+		return &LeftBehindError{Network: att.DisplayName(), IfName: att.IfName, ContainerID: rec.ContainerID, File: file, Reason: strings.TrimPrefix(err.Error(), "parse config of network "+att.DisplayName()+": ")}
+	}
+	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
+	if err := cni.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
+		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
+	}
+	// The attachment's Device Info file goes with it (the record names it;
+	// nothing is asked of the kubelet).
+	if f := att.DeviceInfoFile; f != "" {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("delete network %s from %s: remove its device info file: %w", att.DisplayName(), att.IfName, err)
+		}
+	}
+	return nil
 }
 
 // cachedAttachments turns the libcni cache entries of a container into

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/version"
@@ -16,54 +13,6 @@ import (
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/scratch"
 )
-
-// LeftBehindError is an attachment that a DEL knows of and could not delete,
-// because neither the record nor the libcni cache gives a config it can run.
-// DEL deletes everything else first, keeps the file that names it, and fails
-// with this error, so that an admin cleans it up by hand (docs/migration.md).
-type LeftBehindError struct {
-	// Network is the NAD or the network name; "" when even that is unknown.
-	Network     string
-	IfName      string
-	ContainerID string
-	// File is the record or the cache entry that names the attachment.
-	File   string
-	Reason string
-}
-
-func (e *LeftBehindError) Error() string {
-	name := e.Network
-	if name == "" {
-		name = "(name unknown)"
-	}
-	return fmt.Sprintf("network %s (interface %q) of container %s is left behind: it cannot be deleted (%s); %s names it, and is kept until the attachment is cleaned up by hand and the file removed",
-		name, e.IfName, e.ContainerID, e.Reason, e.File)
-}
-
-// LeftBehind returns every LeftBehindError in err's tree.
-func LeftBehind(err error) []*LeftBehindError {
-	var out []*LeftBehindError
-	var walk func(error)
-	walk = func(err error) {
-		if err == nil {
-			return
-		}
-		if lb, ok := err.(*LeftBehindError); ok {
-			out = append(out, lb)
-			return
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
-		}
-	}
-	walk(err)
-	return out
-}
 
 // multusDirs are the dirs where Multus's records are looked for, in order:
 // cniDir (an admin who gave manifold Multus's cniDir), then MultusDir.
@@ -226,27 +175,6 @@ func (r *Runner) gcMultus(validIDs map[string]bool, manifoldIDs []string, cniVer
 		}
 	}
 	return stale, errs
-}
-
-// delWith is delOne with another libcni (Multus's cache dir). file names the
-// record or the cache entry the attachment was read from.
-func (r *Runner) delWith(ctx context.Context, cni libcni.CNI, rec *scratch.Record, att *netconf.Attachment, file string) error {
-	list, err := confList(att)
-	if err != nil {
-		return &LeftBehindError{Network: att.DisplayName(), IfName: att.IfName, ContainerID: rec.ContainerID, File: file, Reason: strings.TrimPrefix(err.Error(), "parse config of network "+att.DisplayName()+": ")}
-	}
-	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
-	if err := cni.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
-		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
-	}
-	// The attachment's Device Info file goes with it (the record names it;
-	// nothing is asked of the kubelet).
-	if f := att.DeviceInfoFile; f != "" {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("delete network %s from %s: remove its device info file: %w", att.DisplayName(), att.IfName, err)
-		}
-	}
-	return nil
 }
 
 // cacheFile is libcni's cache entry for an attachment under cacheDir.
