@@ -192,15 +192,7 @@ func (e *hotplugEnv) metric(name string, labels ...string) float64 {
 // lease; a swap on the same interface name detaches and then attaches. The
 // metrics endpoint counts the calls and the hot-plugs.
 func TestHotplugAddRemoveSwap(t *testing.T) {
-	e := newHotplugEnv(t)
-	sm, sb := nextSubnet(), nextSubnet()
-	e.nad(e.ns, "mv", e.macvlanConf("", sm))
-	e.bridgeNAD("br", sb)
-	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
-	conf := e.thickConf(nil)
-	box := e.thickSandbox(pod, conf)
-	e.mustAdd(conf, box)
-	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+	e, pod, conf, box, sm, sb := newMvPod(t)
 	if got := e.metric("manifold_daemon_calls_total", `result="ok"`, `verb="ADD"`); got < 1 {
 		t.Errorf("manifold_daemon_calls_total{ADD,ok} = %v after an ADD, want at least 1", got)
 	}
@@ -292,17 +284,24 @@ func TestHotplugRefusedAndRolledBack(t *testing.T) {
 	e.checkNothingLeft(box)
 }
 
-// A change made while the daemon is down is made when it starts again.
-func TestHotplugDaemonRestart(t *testing.T) {
-	e := newHotplugEnv(t)
-	sm, sb := nextSubnet(), nextSubnet()
+// newMvPod is a hot-plug env with two NADs, "mv" (a macvlan on sm) and "br"
+// (a bridge on sb), and a running pod attached to mv as net1.
+func newMvPod(t *testing.T) (e *hotplugEnv, pod *corev1.Pod, conf *libcni.NetworkConfigList, box *sandbox, sm, sb subnet) {
+	e = newHotplugEnv(t)
+	sm, sb = nextSubnet(), nextSubnet()
 	e.nad(e.ns, "mv", e.macvlanConf("", sm))
 	e.bridgeNAD("br", sb)
-	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
-	conf := e.thickConf(nil)
-	box := e.thickSandbox(pod, conf)
+	pod = e.pod(e.ns, map[string]string{annotNetworks: "mv"})
+	conf = e.thickConf(nil)
+	box = e.thickSandbox(pod, conf)
 	e.mustAdd(conf, box)
 	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+	return e, pod, conf, box, sm, sb
+}
+
+// A change made while the daemon is down is made when it starts again.
+func TestHotplugDaemonRestart(t *testing.T) {
+	e, pod, conf, box, _, sb := newMvPod(t)
 
 	e.daemon.Stop(t)
 	e.setNetworks(pod, "br")
@@ -319,15 +318,7 @@ func TestHotplugDaemonRestart(t *testing.T) {
 // The pod's DEL right after an annotation change wins: whatever the
 // hot-plug did before it, nothing is left after it.
 func TestHotplugDelRightAfterChange(t *testing.T) {
-	e := newHotplugEnv(t)
-	sm, sb := nextSubnet(), nextSubnet()
-	e.nad(e.ns, "mv", e.macvlanConf("", sm))
-	e.bridgeNAD("br", sb)
-	pod := e.pod(e.ns, map[string]string{annotNetworks: "mv"})
-	conf := e.thickConf(nil)
-	box := e.thickSandbox(pod, conf)
-	e.mustAdd(conf, box)
-	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+	e, pod, conf, box, _, _ := newMvPod(t)
 
 	e.setNetworks(pod, "br, mv@net5")
 	e.mustDel(conf, box)
