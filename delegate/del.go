@@ -102,9 +102,13 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	}
 
 	atts := rec.Attachments
+	// A cache that cannot be read may hold attachments that the record does
+	// not (a torn record, or none): DEL goes on with what it knows, and then
+	// fails, so that the runtime tries again (libcni reads only the
+	// directory here; entries it cannot read are skipped, not errors).
 	cached, cacheErr := r.cachedAttachments(req.ContainerID, req.IfName)
 	if cacheErr != nil {
-		r.Log.Warn("read libcni cache", "error", cacheErr)
+		cacheErr = fmt.Errorf("read the libcni cache of container %s in %s: %w", req.ContainerID, r.Store.Dir, cacheErr)
 	}
 	// A recorded config that does not parse is taken from the cache, when the
 	// cache has it.
@@ -156,6 +160,9 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 		errs = append(errs, err)
 	}
 	errs = append(foreignErrs, errs...)
+	if cacheErr != nil {
+		errs = append(errs, cacheErr)
+	}
 	l.Unlock(len(errs) == 0)
 	return errors.Join(errs...)
 }

@@ -26,6 +26,7 @@ type fakeCNI struct {
 	failAdd    map[string]error
 	failDel    map[string]error
 	cached     []*libcni.NetworkAttachment
+	cacheErr   error
 	// onAdd, when set, runs at the start of each ADD.
 	onAdd func(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf)
 }
@@ -47,7 +48,7 @@ func (f *fakeCNI) DelNetworkList(_ context.Context, l *libcni.NetworkConfigList,
 }
 
 func (f *fakeCNI) GetCachedAttachments(string) ([]*libcni.NetworkAttachment, error) {
-	return f.cached, nil
+	return f.cached, f.cacheErr
 }
 
 func att(name, ifname string) netconf.Attachment {
@@ -187,5 +188,28 @@ func TestAddRefusesOversizedRecord(t *testing.T) {
 	}
 	if len(f.calls) != 0 {
 		t.Errorf("delegates ran for a record that was not saved: %v", f.calls)
+	}
+}
+
+// TestDelFailsWhenTheCacheCannotBeRead: the libcni cache may hold attachments
+// that the record does not; when it cannot be read, DEL deletes what the
+// record knows and then fails, naming the cache, so that the runtime tries
+// again, rather than answering success with attachments unaccounted for.
+func TestDelFailsWhenTheCacheCannotBeRead(t *testing.T) {
+	f := &fakeCNI{cacheErr: errors.New("read results: input/output error")}
+	r := newRunner(t, f)
+	if err := r.Store.Save(record("c1")); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Del(context.Background(), DelRequest{ContainerID: "c1"})
+	if err == nil || !strings.Contains(err.Error(), "libcni cache") || !strings.Contains(err.Error(), "c1") {
+		t.Fatalf("DEL = %v, want an error naming the cache and the container", err)
+	}
+	if got := strings.Join(f.calls, ","); got != "DEL c net2,DEL b net1,DEL a eth0" {
+		t.Errorf("DEL calls = %s: what the record knows is still deleted", got)
+	}
+	f.cacheErr, f.calls = nil, nil
+	if err := r.Del(context.Background(), DelRequest{ContainerID: "c1"}); err != nil {
+		t.Errorf("the retry, with the cache readable again: %v", err)
 	}
 }
