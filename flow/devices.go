@@ -35,8 +35,10 @@ const (
 // (its NAD's k8s.v1.cni.cncf.io/resourceName) one of the devices the kubelet
 // allocated to the pod for that resource, in attachment order: the default
 // and cluster networks first, then the annotation's order. An explicit
-// deviceID in the network's selection wins and is taken out of the pool. A
-// pod with no such network asks the kubelet nothing; one with any asks once.
+// deviceID in the network's selection wins and is taken out of the pool; it
+// must be one of the pod's own devices of that resource, or a pod's author
+// could move another pod's device into theirs. A pod with no such network
+// asks the kubelet nothing; one with any asks once.
 //
 // Every plugin of such a network gets the device as top-level "deviceID" and
 // "pciBusID" (sriov-cni reads the one, host-device the other), and
@@ -45,9 +47,9 @@ const (
 // its Device Info file in runtimeConfig.CNIDeviceInfoFile, and the record
 // keeps it, so that DEL removes the file without asking anyone.
 func (p *Plugin) assignDevices(ctx context.Context, c *call, atts []netconf.Attachment) error {
-	var wanted []string // the resources that some network draws from without an explicit device
+	var wanted []string // the resources that some network draws from
 	for i := range atts {
-		if atts[i].Resource != "" && atts[i].DeviceID == "" && !slices.Contains(wanted, atts[i].Resource) {
+		if atts[i].Resource != "" && !slices.Contains(wanted, atts[i].Resource) {
 			wanted = append(wanted, atts[i].Resource)
 		}
 	}
@@ -61,9 +63,14 @@ func (p *Plugin) assignDevices(ctx context.Context, c *call, atts []netconf.Atta
 			pools = map[string][]string{}
 		}
 		for i := range atts { // an explicit device is nobody else's
-			if a := &atts[i]; a.Resource != "" && a.DeviceID != "" {
-				pools[a.Resource] = slices.DeleteFunc(pools[a.Resource], func(id string) bool { return id == a.DeviceID })
+			a := &atts[i]
+			if a.Resource == "" || a.DeviceID == "" {
+				continue
 			}
+			if !slices.Contains(pools[a.Resource], a.DeviceID) {
+				return netconf.Invalid("network %s: deviceID %q is not one of the pod's devices of resource %q (%s)", a.DisplayName(), a.DeviceID, a.Resource, strings.Join(pools[a.Resource], ", "))
+			}
+			pools[a.Resource] = slices.DeleteFunc(pools[a.Resource], func(id string) bool { return id == a.DeviceID })
 		}
 		for _, res := range wanted {
 			n := 0

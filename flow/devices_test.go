@@ -129,6 +129,16 @@ func TestAssignDevices(t *testing.T) {
 		}
 	})
 
+	t.Run("explicit deviceID of another pod's device", func(t *testing.T) {
+		c := deviceCall(t, kubelet.Socket, "")
+		atts := []netconf.Attachment{netWith(t, "a", "intel.com/vf", "net1")}
+		atts[0].DeviceID = "0000:03:02.7" // allocated to some other pod
+		err := p.assignDevices(context.Background(), c, atts)
+		if netconf.Code(err) != 7 || !strings.Contains(err.Error(), "0000:03:02.7") || !strings.Contains(err.Error(), "not one of the pod's devices") {
+			t.Fatalf("error %v, want code 7 naming the device that is not the pod's", err)
+		}
+	})
+
 	t.Run("more networks than devices", func(t *testing.T) {
 		c := deviceCall(t, kubelet.Socket, "")
 		atts := []netconf.Attachment{netWith(t, "a", "nvidia.com/nic", "net1"), netWith(t, "b", "nvidia.com/nic", "net2")}
