@@ -46,6 +46,7 @@ func TestServiceAccountPermissions(t *testing.T) {
 		name                               string
 		verb, group, resource, subresource string
 		clusterScope                       bool
+		namespace, object                  string
 		allowed                            bool
 	}{
 		// What manifold does.
@@ -92,6 +93,14 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{name: "patch nodes/status", verb: "patch", resource: "nodes", subresource: "status", clusterScope: true},
 		{name: "get namespaces", verb: "get", resource: "namespaces", clusterScope: true},
 		{name: "update daemonsets", verb: "update", group: "apps", resource: "daemonsets"},
+
+		// The installer, stopping, reads its own DaemonSet; no other.
+		{name: "get DaemonSet manifold", verb: "get", group: "apps", resource: "daemonsets", namespace: "kube-system", object: "manifold", allowed: true},
+		{name: "get DaemonSet manifold-thick", verb: "get", group: "apps", resource: "daemonsets", namespace: "kube-system", object: "manifold-thick", allowed: true},
+		{name: "get another DaemonSet", verb: "get", group: "apps", resource: "daemonsets", namespace: "kube-system", object: "kube-proxy"},
+		{name: "get DaemonSet manifold elsewhere", verb: "get", group: "apps", resource: "daemonsets", object: "manifold"},
+		{name: "list daemonsets", verb: "list", group: "apps", resource: "daemonsets", namespace: "kube-system"},
+		{name: "update DaemonSet manifold", verb: "update", group: "apps", resource: "daemonsets", namespace: "kube-system", object: "manifold"},
 		{name: "escalate clusterroles", verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", clusterScope: true},
 		{name: "bind clusterroles", verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", clusterScope: true},
 		{name: "impersonate users", verb: "impersonate", resource: "users", clusterScope: true},
@@ -99,12 +108,15 @@ func TestServiceAccountPermissions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			attrs := &authorizationv1.ResourceAttributes{
-				Verb: tc.verb, Group: tc.group, Version: "*", Resource: tc.resource, Subresource: tc.subresource,
+				Verb: tc.verb, Group: tc.group, Version: "*", Resource: tc.resource, Subresource: tc.subresource, Name: tc.object,
 			}
 			if !tc.clusterScope {
 				// The binding is cluster-wide, so one namespace stands for
 				// all; a user namespace, since manifold serves every pod.
 				attrs.Namespace = "some-app"
+				if tc.namespace != "" {
+					attrs.Namespace = tc.namespace
+				}
 			}
 			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				ResourceAttributes: attrs,

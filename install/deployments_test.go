@@ -60,6 +60,10 @@ func manifestObjects(t *testing.T, name string) map[string][]any {
 			obj = &rbacv1.ClusterRole{}
 		case "ClusterRoleBinding":
 			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
 		case "DaemonSet":
 			obj = &appsv1.DaemonSet{}
 		default:
@@ -114,6 +118,40 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 	if binding.RoleRef.Kind != "ClusterRole" || binding.RoleRef.Name != role.Name ||
 		len(binding.Subjects) != 1 || binding.Subjects[0] != wantSubject {
 		t.Errorf("binding %+v does not bind %s to %+v", binding, role.Name, wantSubject)
+	}
+
+	// The installer's Role: get on the two DaemonSets, in their namespace.
+	if len(objs["Role"]) != 1 || len(objs["RoleBinding"]) != 1 {
+		t.Fatalf("want one Role and one RoleBinding, got %v", objs)
+	}
+	ir := objs["Role"][0].(*rbacv1.Role)
+	irb := objs["RoleBinding"][0].(*rbacv1.RoleBinding)
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"},
+		ResourceNames: []string{"manifold", "manifold-thick"}, Verbs: []string{"get"}}}
+	if ir.Namespace != sa.Namespace || !reflect.DeepEqual(ir.Rules, wantRules) {
+		t.Errorf("Role %s/%s grants %+v, want only %+v in %s", ir.Namespace, ir.Name, ir.Rules, wantRules, sa.Namespace)
+	}
+	for _, f := range []string{"daemonset.yaml", "daemonset-thick.yaml"} {
+		ds := manifestObjects(t, f)["DaemonSet"][0].(*appsv1.DaemonSet)
+		if !slices.Contains(wantRules[0].ResourceNames, ds.Name) || ds.Namespace != ir.Namespace {
+			t.Errorf("%s: DaemonSet %s/%s is not one the installer may read", f, ds.Namespace, ds.Name)
+		}
+		// ... and the installer knows its pod, to find that DaemonSet.
+		got := map[string]string{}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if c.Name == "install" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+					got[e.Name] = e.ValueFrom.FieldRef.FieldPath
+				}
+			}
+		}
+		if got[envPodName] != "metadata.name" || got[envPodNamespace] != "metadata.namespace" {
+			t.Errorf("%s: the install container's downward-API variables are %v, want %s and %s", f, got, envPodName, envPodNamespace)
+		}
+	}
+	if irb.Namespace != ir.Namespace || irb.RoleRef.Kind != "Role" || irb.RoleRef.Name != ir.Name ||
+		len(irb.Subjects) != 1 || irb.Subjects[0] != wantSubject {
+		t.Errorf("RoleBinding %+v does not bind %s to %+v", irb, ir.Name, wantSubject)
 	}
 }
 
@@ -414,6 +452,8 @@ func expandArgs(t *testing.T, c corev1.Container, pod string) []string {
 			env[e.Name] = pod
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
 			env[e.Name] = "node-1"
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			env[e.Name] = "kube-system"
 		default:
 			t.Fatalf("container %s: variable %s has a source this test does not know: %+v", c.Name, e.Name, e.ValueFrom)
 		}

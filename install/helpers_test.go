@@ -116,6 +116,8 @@ type testNode struct {
 	saGen   int
 	logs    *testenv.SyncBuffer
 	confOut string // path of our config in the conf dir
+	// env is the installer's environment (POD_NAME, POD_NAMESPACE).
+	env map[string]string
 }
 
 // newTestNode sets up the dirs. notify chooses between fsnotify (with a poll
@@ -198,7 +200,7 @@ func (n *testNode) start(t *testing.T) (cancel func(), done <-chan error) {
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	go func() {
 		defer close(stopped)
-		ch <- run(ctx, n.o, log, func(string) string { return "" })
+		ch <- run(ctx, n.o, log, func(k string) string { return n.env[k] })
 	}()
 	t.Cleanup(func() {
 		cancelCtx()

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // Options is everything the installer needs. Paths come in two flavours: the
@@ -57,6 +59,8 @@ type Options struct {
 
 	// noNotify turns fsnotify off, so tests can cover the poll fallback.
 	noNotify bool
+	// newClient, when set, replaces the installer's API client (tests).
+	newClient func() (kubernetes.Interface, error)
 }
 
 // Defaults for the installer's flags.

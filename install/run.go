@@ -35,6 +35,7 @@ type installer struct {
 	// (a node being taken over from Multus); nil when there is none.
 	multus *multusConfig
 	locks  *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
+	getenv func(string) string
 }
 
 func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) string) error {
@@ -57,7 +58,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) 
 		return err
 	}
 	defer locks.release()
-	in := &installer{o: o, log: log, server: server, locks: locks}
+	in := &installer{o: o, log: log, server: server, locks: locks, getenv: getenv}
 	if err := in.installBinaries(); err != nil {
 		return err
 	}
@@ -249,8 +250,10 @@ func (in *installer) report(err error) {
 // shutdown removes our config when asked to, so that a node where manifold is
 // uninstalled falls back to its primary network instead of calling a manifold
 // that can no longer reach the API server. It leaves the config alone while
-// another installer runs (an upgrade), so that pods created during a rollout
-// do not silently miss their extra networks.
+// another installer runs (an upgrade), and when the API server says this is
+// no uninstall (the pod is restarted, deleted or evicted, and its DaemonSet
+// makes another), so that pods created meanwhile do not silently miss their
+// extra networks.
 func (in *installer) shutdown() error {
 	if !in.o.CleanupConfigOnExit || in.written == nil {
 		in.log.Info("stopping; leaving manifold installed")
@@ -265,6 +268,12 @@ func (in *installer) shutdown() error {
 		in.log.Info("stopping; manifold config was replaced by someone else, leaving it", "path", path)
 		return nil
 	}
+	uninstall, why := in.uninstalling()
+	if !uninstall {
+		in.log.Info("stopping; this is no uninstall, leaving manifold's config in place", "path", path, "reason", why)
+		return nil
+	}
+	in.log.Info("stopping; manifold is being uninstalled from this node", "reason", why)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove manifold config: %w", err)
 	}
