@@ -46,7 +46,9 @@ func newKubeNode(t *testing.T, daemon bool) *kubeNode {
 		t.Skip("no kubelet (MANIFOLD_KUBELET is unset)")
 	}
 	n := &kubeNode{criEnv: newCRIEnv(t, daemon), name: testenv.UniqueName("node-")}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The cluster tier (e2e/cluster), a test binary of its own, may hold the
+	// machine's one kubelet for its whole run: wait for it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	k, err := crinode.StartKubelet(ctx, bins, n.node, n.cp.KubeconfigPath, n.name, nil)
 	if err != nil {

@@ -102,6 +102,20 @@ type Options struct {
 	TempDir string
 	// Log receives containerd's output; nil means a file in its dir.
 	Log io.Writer
+	// HostNetNS puts the pods' network namespaces where a node's containerd
+	// puts them, /var/run/netns, instead of under its own state dir, so that a
+	// DaemonSet that mounts /var/run/netns (the thick one) sees them.
+	HostNetNS bool
+	// Handlers are extra runtime handlers (RuntimeClasses), each with a CNI
+	// conf dir of its own: a pod of that class gets that dir's config.
+	Handlers []Handler
+}
+
+// Handler is a runc runtime handler whose pods get the CNI config in
+// CNIConfDir (containerd's per-runtime cni_conf_dir).
+type Handler struct {
+	Name       string
+	CNIConfDir string
 }
 
 // Containerd is a running throwaway containerd with its CRI clients.
@@ -117,6 +131,9 @@ type Containerd struct {
 	opts    Options
 	conn    *grpc.ClientConn
 	logFile string
+	// netnsBefore are the cni-* namespaces in /var/run/netns that were there
+	// before this containerd started (HostNetNS): not ours to remove.
+	netnsBefore map[string]bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -133,6 +150,9 @@ func Start(ctx context.Context, bins Binaries, opts Options) (*Containerd, error
 	}
 	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), bins: bins, opts: opts,
 		logFile: filepath.Join(dir, "containerd.log")}
+	if opts.HostNetNS {
+		c.netnsBefore = HostNetNSNames()
+	}
 	track(c, nil, true)
 	if err := c.start(ctx); err != nil {
 		c.Stop()
@@ -203,7 +223,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = ` + strconv.FormatBool(!c.opts.HostNetNS) + `
   enable_selinux = false
   disable_apparmor = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
@@ -214,12 +234,28 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = ` + q(runcPath()) + `
         Root = ` + d("runc") + `
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
+` + c.handlers() + `  [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [` + q(c.opts.CNIBinDir) + `]
     conf_dir = ` + q(c.opts.CNIConfDir) + `
     max_conf_num = 1
     use_internal_loopback = true
 `
+}
+
+// handlers is the config of the extra runtime handlers: runc, as the default
+// one, with their own CNI conf dir.
+func (c *Containerd) handlers() string {
+	q := strconv.Quote
+	var b strings.Builder
+	for _, h := range c.opts.Handlers {
+		t := "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes." + q(h.Name) + "]"
+		b.WriteString("    " + t + "\n")
+		b.WriteString("      runtime_type = \"io.containerd.runc.v2\"\n      snapshotter = \"native\"\n")
+		b.WriteString("      cni_conf_dir = " + q(h.CNIConfDir) + "\n      cni_max_conf_num = 1\n")
+		b.WriteString("      " + t[:len(t)-1] + ".options]\n")
+		b.WriteString("        BinaryName = " + q(runcPath()) + "\n        Root = " + q(filepath.Join(c.Dir, "runc")) + "\n")
+	}
+	return b.String()
 }
 
 func runcPath() string {
@@ -381,26 +417,19 @@ func (c *Containerd) exited() bool {
 }
 
 func (c *Containerd) removeLeftovers() {
-	runcRoot := filepath.Join(c.Dir, "runc")
-	if out, err := exec.Command(runcPath(), "--root", filepath.Join(runcRoot, "k8s.io"), "list", "-q").Output(); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			exec.Command(runcPath(), "--root", filepath.Join(runcRoot, "k8s.io"), "delete", "-f", id).Run()
-		}
-	}
-	for _, pid := range c.shimPids() {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	// A shim's socket is /run/containerd/s/<sha256(address/namespace/id)>;
-	// the ids are the task dirs in our state dir.
-	tasks, _ := os.ReadDir(filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", "k8s.io"))
-	for _, t := range tasks {
-		for _, p := range []string{filepath.Join(c.Socket, "k8s.io", t.Name()), filepath.Join(c.Socket, "k8s.io", t.Name(), "debug")} {
-			os.Remove(filepath.Join("/run/containerd/s", fmt.Sprintf("%x", sha256.Sum256([]byte(p)))))
-		}
-	}
+	c.removeTasks()
+	c.removeNetNS()
 	unmountUnder(c.Dir)
 	os.RemoveAll(c.Dir)
 }
+
+// shimSocket is the path of a shim's socket: containerd puts it at
+// /run/containerd/s/<sha256(address/namespace/id)>, whatever its own dirs.
+func shimSocket(p string) string {
+	return filepath.Join("/run/containerd/s", fmt.Sprintf("%x", sha256.Sum256([]byte(p))))
+}
+
+func runcCmd(args ...string) *exec.Cmd { return exec.Command(runcPath(), args...) }
 
 // shimPids are the containerd-shim-runc-v2 processes started by this
 // containerd: their command line names its socket.

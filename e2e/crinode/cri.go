@@ -125,3 +125,47 @@ func (c *Containerd) SandboxNetNS(ctx context.Context, id string) (string, error
 	}
 	return "", fmt.Errorf("sandbox %s: no network namespace path in its spec", id)
 }
+
+// CNINetwork is a CNI network that containerd has loaded from its conf dir:
+// what it calls for the next pod.
+type CNINetwork struct {
+	Name  string
+	Types []string // each plugin's type, in order
+}
+
+// LoadedCNI is the CNI config containerd uses now (the CRI's verbose
+// status), its loopback left out.
+func (c *Containerd) LoadedCNI(ctx context.Context) ([]CNINetwork, error) {
+	st, err := c.Runtime.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return nil, err
+	}
+	var info struct {
+		Networks []struct {
+			Config struct {
+				Name    string
+				Plugins []struct {
+					Network struct {
+						Type string `json:"type"`
+					}
+				}
+			}
+			IFName string
+		}
+	}
+	if err := json.Unmarshal([]byte(st.Info["cniconfig"]), &info); err != nil {
+		return nil, fmt.Errorf("CRI status: cniconfig: %w", err)
+	}
+	var out []CNINetwork
+	for _, n := range info.Networks {
+		if n.IFName == "lo" {
+			continue
+		}
+		net := CNINetwork{Name: n.Config.Name}
+		for _, p := range n.Config.Plugins {
+			net.Types = append(net.Types, p.Network.Type)
+		}
+		out = append(out, net)
+	}
+	return out, nil
+}

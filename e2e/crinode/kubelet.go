@@ -28,6 +28,8 @@ type Kubelet struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	logFile string
+	// unlock releases the machine-wide kubelet lock (lockKubelet).
+	unlock func()
 	// madeLegacy is the first path under /var/lib/kubelet that did not
 	// exist before the kubelet started (empty: it all did).
 	madeLegacy string
@@ -88,6 +90,10 @@ func StartKubelet(ctx context.Context, bins Binaries, c *Containerd, kubeconfig,
 		return nil, err
 	}
 	k := &Kubelet{Dir: dir, NodeName: nodeName, logFile: filepath.Join(dir, "kubelet.log")}
+	if k.unlock, err = lockKubelet(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	for p := legacyKubeletDir + "/device-plugins/kubelet.sock"; p != "/var/lib"; p = filepath.Dir(p) {
 		if _, err := os.Lstat(p); err != nil {
 			k.madeLegacy = p
@@ -166,6 +172,31 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 	}
 }
 
+// Kill ends the kubelet with SIGKILL, as a crash or a reboot would, and
+// leaves its dir for Restart.
+func (k *Kubelet) Kill() {
+	if k.done == nil {
+		return
+	}
+	select {
+	case <-k.done:
+	default:
+		k.cmd.Process.Kill()
+		<-k.done
+	}
+}
+
+// Restart starts the kubelet again on the same dir after Kill, and waits for
+// its healthz. Its log goes on in the same file.
+func (k *Kubelet) Restart(ctx context.Context, bins Binaries, c *Containerd, kubeconfig string) error {
+	f, err := os.OpenFile(k.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return k.start(ctx, bins, c, kubeconfig, f)
+}
+
 // LogTail is the end of the kubelet's log, when it goes to its file.
 func (k *Kubelet) LogTail() string {
 	b, _ := os.ReadFile(k.logFile)
@@ -199,7 +230,42 @@ func (k *Kubelet) Stop() {
 		unmountUnder(k.madeLegacy)
 		os.RemoveAll(k.madeLegacy)
 	}
+	if k.unlock != nil {
+		k.unlock()
+		k.unlock = nil
+	}
 	track(nil, k, false)
+}
+
+// kubeletLock is held by the one kubelet that may run on this machine at a
+// time: every kubelet makes /var/lib/kubelet/device-plugins/kubelet.sock
+// whatever its --root-dir, so two (the e2e package's node and the cluster
+// tier, run as parallel test binaries) would take it from each other.
+const kubeletLock = "/run/manifold-e2e-kubelet.lock"
+
+// lockKubelet waits, within ctx, for the machine-wide kubelet lock. The lock
+// goes with the process, however it ends.
+func lockKubelet(ctx context.Context) (func(), error) {
+	f, err := os.OpenFile(kubeletLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open kubelet lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if err != syscall.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", kubeletLock, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for another test's kubelet to stop (%s): %w", kubeletLock, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // freePort asks the kernel for an unused loopback port.
