@@ -106,16 +106,26 @@ func Build(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
+	// One go build per set of flags: it links its binaries in parallel.
+	var groups []string
+	packages := map[string][]string{}
 	var files []File
 	for _, b := range Binaries {
-		out := filepath.Join(dir, b.Name)
-		cmd := exec.CommandContext(ctx, o.Go, "build", "-trimpath", "-ldflags", LDFlags(b, o.Version), "-o", out, b.Package)
+		flags := LDFlags(b, o.Version)
+		if packages[flags] == nil {
+			groups = append(groups, flags)
+		}
+		packages[flags] = append(packages[flags], b.Package)
+		files = append(files, File{Path: path.Join(BinDir, b.Name), Mode: 0o755, Source: filepath.Join(dir, b.Name)})
+	}
+	for _, flags := range groups {
+		args := append([]string{"build", "-trimpath", "-ldflags", flags, "-o", dir + "/"}, packages[flags]...)
+		cmd := exec.CommandContext(ctx, o.Go, args...)
 		cmd.Dir = o.RepoRoot
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+o.Arch)
 		if msg, err := cmd.CombinedOutput(); err != nil {
-			return Result{}, fmt.Errorf("build %s for linux/%s: %w\n%s", b.Package, o.Arch, err, msg)
+			return Result{}, fmt.Errorf("build %s for linux/%s: %w\n%s", strings.Join(packages[flags], " "), o.Arch, err, msg)
 		}
-		files = append(files, File{Path: path.Join(BinDir, b.Name), Mode: 0o755, Source: out})
 	}
 	return Write(o.OutPath, Spec{Ref: o.Ref, OS: "linux", Arch: o.Arch, Entrypoint: Entrypoint, Env: Env, Files: files})
 }
