@@ -46,11 +46,16 @@ func blobPath(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
 // index.json, Docker's manifest.json, and the blobs (manifest, config,
 // layers).
 func archiveBlobs(s Spec, img v1.Image) ([]blob, error) {
+	// The manifest names every other blob: its descriptors are the paths.
 	manifest, err := img.RawManifest()
 	if err != nil {
 		return nil, err
 	}
-	digest, err := img.Digest()
+	m, err := v1.ParseManifest(bytes.NewReader(manifest))
+	if err != nil {
+		return nil, err
+	}
+	digest, _, err := v1.SHA256(bytes.NewReader(manifest))
 	if err != nil {
 		return nil, err
 	}
@@ -58,27 +63,15 @@ func archiveBlobs(s Spec, img v1.Image) ([]blob, error) {
 	if err != nil {
 		return nil, err
 	}
-	configDigest, err := img.ConfigName()
-	if err != nil {
-		return nil, err
-	}
-	blobs := []blob{bytesBlob(blobPath(digest), manifest), bytesBlob(blobPath(configDigest), config)}
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, err
-	}
+	blobs := []blob{bytesBlob(blobPath(digest), manifest), bytesBlob(blobPath(m.Config.Digest), config)}
 	var layerPaths []string
-	for _, l := range layers {
-		d, err := l.Digest()
+	for _, d := range m.Layers {
+		l, err := img.LayerByDigest(d.Digest)
 		if err != nil {
 			return nil, err
 		}
-		size, err := l.Size()
-		if err != nil {
-			return nil, err
-		}
-		blobs = append(blobs, blob{name: blobPath(d), size: size, open: l.Compressed})
-		layerPaths = append(layerPaths, blobPath(d))
+		blobs = append(blobs, blob{name: blobPath(d.Digest), size: d.Size, open: l.Compressed})
+		layerPaths = append(layerPaths, blobPath(d.Digest))
 	}
 
 	index, err := json.Marshal(v1.IndexManifest{
@@ -98,7 +91,7 @@ func archiveBlobs(s Spec, img v1.Image) ([]blob, error) {
 		return nil, err
 	}
 	dockerManifest, err := json.Marshal(tarball.Manifest{{
-		Config:   blobPath(configDigest),
+		Config:   blobPath(m.Config.Digest),
 		RepoTags: []string{s.Ref},
 		Layers:   layerPaths,
 	}})
