@@ -3,13 +3,14 @@ SHELL := /bin/bash
 GO ?= go
 CACHE ?= $(HOME)/.cache/manifold
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+IMAGE ?= ghcr.io/manifold-cni/manifold:$(VERSION)
 LDFLAGS := -s -w -X main.Version=$(VERSION) -X github.com/manifold-cni/manifold/flow.Version=$(VERSION)
 FUZZTIME ?= 20s
 FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest cmd/manifold-shim:FuzzTopLevelStrings
 
 export MANIFOLD_CACHE := $(CACHE)
 
-.PHONY: all build tools plugins control-plane node test unit fuzz demo bench lint clean
+.PHONY: all build image tools plugins control-plane node test unit fuzz demo bench lint clean
 
 all: build
 
@@ -18,6 +19,13 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold-daemon ./cmd/manifold-daemon
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/manifold-install ./cmd/manifold-install
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/manifold-shim ./cmd/manifold-shim
+
+# manifold's image without Docker (ociimage/, cmd/manifold-image): the
+# binaries of build, packed as $(IMAGE) into bin/manifold-image.tar for
+# ctr images import, docker load or podman load. The same commit gives the
+# same digest.
+image:
+	$(GO) run ./cmd/manifold-image -version '$(VERSION)' -ref '$(IMAGE)' -out bin/manifold-image.tar
 
 # The test plugins, the control plane and the node (containerd, the kubelet),
 # built from Go modules into $(CACHE).

@@ -182,8 +182,15 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if out, err := c.Ctr(ctx, "images", "import", "--snapshotter", "native", img); err != nil {
-		return fmt.Errorf("ctr images import: %w: %s", err, out)
+	return c.Import(ctx, img)
+}
+
+// Import imports an image tarball (ociimage's, or any OCI layout or docker
+// save tarball) into the k8s.io namespace, as `ctr -n k8s.io images import`
+// does on a node, and unpacks it for the CRI's snapshotter.
+func (c *Containerd) Import(ctx context.Context, tarball string) error {
+	if out, err := c.Ctr(ctx, "images", "import", "--snapshotter", "native", tarball); err != nil {
+		return fmt.Errorf("ctr images import %s: %w: %s", tarball, err, out)
 	}
 	return nil
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -58,11 +61,18 @@ func (c *Containerd) StopRemove(ctx context.Context, id string) error {
 // RunContainer creates and starts a container of the node image in the
 // sandbox, running args, and returns its ID.
 func (c *Containerd) RunContainer(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, name string, args ...string) (string, error) {
+	return c.RunImage(ctx, sandboxID, sb, ImageRef, name, args[:1], args[1:])
+}
+
+// RunImage creates and starts a container of image in the sandbox and
+// returns its ID. command replaces the image's entrypoint unless it is nil;
+// args are its arguments. Its log is LogDirectory/<name>.log (ContainerLog).
+func (c *Containerd) RunImage(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, image, name string, command, args []string) (string, error) {
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: ImageRef},
-		Command:  args[:1],
-		Args:     args[1:],
+		Image:    &runtimeapi.ImageSpec{Image: image},
+		Command:  command,
+		Args:     args,
 		LogPath:  name + ".log",
 		Linux:    &runtimeapi.LinuxContainerConfig{},
 	}
@@ -168,4 +178,28 @@ func (c *Containerd) LoadedCNI(ctx context.Context) ([]CNINetwork, error) {
 		out = append(out, net)
 	}
 	return out, nil
+}
+
+// WaitExited waits until the container has exited and returns its exit code
+// and its log, as the CRI writes it (each line: time, stream, tag, text).
+func (c *Containerd) WaitExited(ctx context.Context, id string, sb *runtimeapi.PodSandboxConfig) (int32, string, error) {
+	for {
+		st, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return 0, "", err
+		}
+		if st.Status.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
+			log := st.Status.GetLogPath()
+			if !filepath.IsAbs(log) {
+				log = filepath.Join(sb.LogDirectory, log)
+			}
+			b, err := os.ReadFile(log)
+			return st.Status.GetExitCode(), string(b), err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, "", fmt.Errorf("container %s is %s: %w", id, st.Status.GetState(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
