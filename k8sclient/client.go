@@ -186,13 +186,13 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		c.unauthorized.Store(true)
-		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnauthorized, &statusError{resp.StatusCode, statusMessage(data)})
+		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnauthorized, newStatusError(resp.StatusCode, data))
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
-		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, &statusError{resp.StatusCode, statusMessage(data)})
+		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, newStatusError(resp.StatusCode, data))
 	case resp.StatusCode >= 300:
-		return fmt.Errorf("%s %s: %w", method, path, &statusError{resp.StatusCode, statusMessage(data)})
+		return fmt.Errorf("%s %s: %w", method, path, newStatusError(resp.StatusCode, data))
 	}
 	if out == nil {
 		return nil
@@ -207,22 +207,34 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 type statusError struct {
 	code    int
 	message string
+	// causes are the metav1.Status's details.causes.
+	causes []statusCause
+}
+
+type statusCause struct {
+	Type    string `json:"reason"`
+	Message string `json:"message"`
+	Field   string `json:"field"`
 }
 
 func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.message) }
 
-// statusMessage pulls the message out of a metav1.Status answer.
-func statusMessage(data []byte) string {
+// newStatusError pulls the message, and the causes, out of a metav1.Status
+// answer.
+func newStatusError(code int, data []byte) *statusError {
 	var st struct {
 		Message string `json:"message"`
+		Details struct {
+			Causes []statusCause `json:"causes"`
+		} `json:"details"`
 	}
 	if json.Unmarshal(data, &st) == nil && st.Message != "" {
-		return st.Message
+		return &statusError{code: code, message: st.Message, causes: st.Details.Causes}
 	}
 	if len(data) > 200 {
 		data = data[:200]
 	}
-	return string(data)
+	return &statusError{code: code, message: string(data)}
 }
 
 // CloseIdleConnections closes the client's idle connections. A long-lived

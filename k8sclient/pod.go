@@ -15,6 +15,21 @@ type Pod struct {
 	Name        string
 	UID         string
 	Annotations map[string]string
+	// NodeName is the node the pod is bound to.
+	NodeName string
+	// ResourceClaims are the pod's DRA claims (spec.resourceClaims), each
+	// with the name of its ResourceClaim.
+	ResourceClaims []PodResourceClaim
+}
+
+// PodResourceClaim is one entry of a pod's spec.resourceClaims.
+type PodResourceClaim struct {
+	// Name is the claim's name in the pod.
+	Name string
+	// ClaimName is its ResourceClaim: spec's resourceClaimName, or the one
+	// made from its template (status.resourceClaimStatuses); "" when there is
+	// none (yet).
+	ClaimName string
 }
 
 type podJSON struct {
@@ -24,6 +39,36 @@ type podJSON struct {
 		UID         string            `json:"uid"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
+	Spec struct {
+		NodeName       string `json:"nodeName"`
+		ResourceClaims []struct {
+			Name              string `json:"name"`
+			ResourceClaimName string `json:"resourceClaimName"`
+		} `json:"resourceClaims"`
+	} `json:"spec"`
+	Status struct {
+		ResourceClaimStatuses []struct {
+			Name              string `json:"name"`
+			ResourceClaimName string `json:"resourceClaimName"`
+		} `json:"resourceClaimStatuses"`
+	} `json:"status"`
+}
+
+// pod keeps what manifold uses of the decoded pod.
+func (p *podJSON) pod() *Pod {
+	out := &Pod{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, UID: p.Metadata.UID, Annotations: p.Metadata.Annotations, NodeName: p.Spec.NodeName}
+	for _, c := range p.Spec.ResourceClaims {
+		rc := PodResourceClaim{Name: c.Name, ClaimName: c.ResourceClaimName}
+		if rc.ClaimName == "" {
+			for _, st := range p.Status.ResourceClaimStatuses {
+				if st.Name == c.Name {
+					rc.ClaimName = st.ResourceClaimName
+				}
+			}
+		}
+		out.ResourceClaims = append(out.ResourceClaims, rc)
+	}
+	return out
 }
 
 func podPath(namespace, name string) string {
@@ -47,7 +92,7 @@ func (c *Client) getPod(ctx context.Context, path, namespace, name string) (*Pod
 	if err := c.do(ctx, "GET", path, "", nil, &p); err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
 	}
-	return &Pod{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, UID: p.Metadata.UID, Annotations: p.Metadata.Annotations}, nil
+	return p.pod(), nil
 }
 
 // WaitForPod reads a pod, retrying while it is not found (the kubelet can call

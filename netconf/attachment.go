@@ -34,6 +34,16 @@ type Attachment struct {
 	// kubelet: they are recorded.
 	Resource string `json:"resource,omitempty"`
 	DeviceID string `json:"deviceID,omitempty"`
+	// ResourceClaim is the NAD's AnnotResourceClaim: the DRA claim (and
+	// request) the network draws a device from, in the precise form; "" for
+	// none. A Resource without "/" names a claim too, in Multus's form.
+	ResourceClaim string `json:"resourceClaim,omitempty"`
+	// DeviceKeys is the NAD's AnnotDeviceKeys, parsed: the plugin keys a DRA
+	// device's attributes go to. Only ADD uses it, before the record is
+	// written, so the record does not keep it.
+	DeviceKeys map[string]string `json:"-"`
+	// Claim is the DRA device the network was given; nil for none.
+	Claim *ClaimDevice `json:"claim,omitempty"`
 	// DeviceInfoFile is the attachment's Device Info file (the spec's CNI
 	// file), which DEL removes; "" when it has none.
 	DeviceInfoFile string `json:"deviceInfoFile,omitempty"`

@@ -25,6 +25,9 @@ type NetworkStatus struct {
 	Gateway      []string        `json:"gateway,omitempty"`
 	DefaultRoute []string        `json:"default-route,omitempty"`
 	DeviceInfo   json.RawMessage `json:"device-info,omitempty"`
+	// Prefixes are IPs with their prefix lengths ("10.1.1.5/24"), for a
+	// ResourceClaim's networkData; not part of the annotation.
+	Prefixes []string `json:"-"`
 }
 
 // BuildNetworkStatus describes one attachment from its ADD result. The result may
@@ -73,6 +76,7 @@ func BuildNetworkStatus(att Attachment, result types.Result) (NetworkStatus, err
 		}
 		mine = append(mine, ip)
 		st.IPs = append(st.IPs, ip.Address.IP.String())
+		st.Prefixes = append(st.Prefixes, ip.Address.String())
 	}
 	st.Gateway = defaultGateways(res.Routes, mine)
 	if !isEmptyDNS(res.DNS) {
