@@ -104,5 +104,6 @@ func ReadCheckpoint(path, uid string) (Devices, error) {
 		}
 		devs[e.ResourceName] = append(devs[e.ResourceName], e.DeviceIDs...)
 	}
-	return devs.normalise(), nil
+	devs.normalise()
+	return devs, nil
 }

@@ -1,6 +1,7 @@
 // Package podresources finds the devices that the kubelet's device manager
 // gave a pod (SR-IOV VFs, for instance), so that a network attachment can be
-// handed the device the pod was actually allocated.
+// handed the device the pod was actually allocated, and the DRA claims the
+// kubelet prepared for its containers (DynamicResources).
 //
 // It asks the kubelet's PodResources API v1 over its unix socket: Get for the
 // one pod where the kubelet has it, List otherwise. The kubelet rate-limits
@@ -32,6 +33,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/manifold-cni/manifold/dra"
 )
 
 // DefaultSocket is where the kubelet serves the PodResources API with its
@@ -121,31 +124,48 @@ type Client struct {
 	noGet atomic.Bool
 }
 
-// Devices returns the devices allocated to pod and where the answer came
-// from. A pod that the kubelet does not know, or that has no devices, gets an
-// empty (non-nil) Devices and no error: most pods ask for no devices, and the
-// caller that needs one names the missing resource better than this package
-// can. Errors name the socket or file and the pod.
+// Resources is what the kubelet allocated to a pod: its device-plugin
+// devices, and the DRA claims it prepared for the pod's containers.
+type Resources struct {
+	Devices Devices
+	// Claims are the claims that a container of the pod names in its
+	// resources.claims (the API reports no others), in the kubelet's order,
+	// each once; nil from the checkpoint, which holds no claims.
+	Claims []dra.KubeletClaim
+}
+
+// Devices returns the device-plugin devices allocated to pod and where the
+// answer came from (Resources, without the claims).
 func (c *Client) Devices(ctx context.Context, pod Pod) (Devices, Source, error) {
+	r, src, err := c.Resources(ctx, pod)
+	return r.Devices, src, err
+}
+
+// Resources returns the devices and DRA claims allocated to pod and where
+// the answer came from. A pod that the kubelet does not know, or that has no
+// devices, gets an empty (non-nil) Devices and no error: most pods ask for no
+// devices, and the caller that needs one names the missing resource better
+// than this package can. Errors name the socket or file and the pod.
+func (c *Client) Resources(ctx context.Context, pod Pod) (Resources, Source, error) {
 	sock := c.socket()
 	if _, err := os.Stat(sock); errors.Is(err, os.ErrNotExist) {
 		devs, err := ReadCheckpoint(c.checkpoint(), pod.UID)
 		if err != nil {
-			return nil, SourceCheckpoint, fmt.Errorf("get devices of pod %s: no kubelet socket %s, and: %w", pod, sock, err)
+			return Resources{}, SourceCheckpoint, fmt.Errorf("get devices of pod %s: no kubelet socket %s, and: %w", pod, sock, err)
 		}
-		return devs, SourceCheckpoint, nil
+		return Resources{Devices: devs}, SourceCheckpoint, nil
 	}
 	cl, err := c.client()
 	if err != nil {
-		return nil, "", fmt.Errorf("get devices of pod %s: connect to %s: %w", pod, sock, err)
+		return Resources{}, "", fmt.Errorf("get devices of pod %s: connect to %s: %w", pod, sock, err)
 	}
 	if !c.noGet.Load() {
-		devs, err := c.get(ctx, cl, pod)
+		res, err := c.get(ctx, cl, pod)
 		if err == nil {
-			return devs, SourceGet, nil
+			return res, SourceGet, nil
 		}
 		if ctx.Err() != nil || !getFallsBack(err) {
-			return nil, SourceGet, fmt.Errorf("get devices of pod %s from %s: %w", pod, sock, err)
+			return Resources{}, SourceGet, fmt.Errorf("get devices of pod %s from %s: %w", pod, sock, err)
 		}
 		// The kubelet either has no Get or answers it with a plain error
 		// (codes.Unknown), which it does both when the feature gate is off and
@@ -154,11 +174,11 @@ func (c *Client) Devices(ctx context.Context, pod Pod) (Devices, Source, error) 
 			c.noGet.Store(true)
 		}
 	}
-	devs, err := c.list(ctx, cl, pod)
+	res, err := c.list(ctx, cl, pod)
 	if err != nil {
-		return nil, SourceList, fmt.Errorf("list devices for pod %s from %s: %w", pod, sock, err)
+		return Resources{}, SourceList, fmt.Errorf("list devices for pod %s from %s: %w", pod, sock, err)
 	}
-	return devs, SourceList, nil
+	return res, SourceList, nil
 }
 
 // Close releases the connection to the kubelet, if one was made.
@@ -173,7 +193,7 @@ func (c *Client) Close() error {
 	return err
 }
 
-func (c *Client) get(ctx context.Context, cl podresourcesv1.PodResourcesListerClient, pod Pod) (Devices, error) {
+func (c *Client) get(ctx context.Context, cl podresourcesv1.PodResourcesListerClient, pod Pod) (Resources, error) {
 	req := &podresourcesv1.GetPodResourcesRequest{PodName: pod.Name, PodNamespace: pod.Namespace}
 	var resp *podresourcesv1.GetPodResourcesResponse
 	err := c.retry(ctx, "Get", func(ctx context.Context) error {
@@ -182,16 +202,17 @@ func (c *Client) get(ctx context.Context, cl podresourcesv1.PodResourcesListerCl
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return Resources{}, err
 	}
-	devs := Devices{}
+	res := Resources{Devices: Devices{}}
 	if pr := resp.GetPodResources(); pr != nil {
-		addContainers(devs, pr.GetContainers())
+		res.addContainers(pr.GetContainers())
 	}
-	return devs.normalise(), nil
+	res.Devices.normalise()
+	return res, nil
 }
 
-func (c *Client) list(ctx context.Context, cl podresourcesv1.PodResourcesListerClient, pod Pod) (Devices, error) {
+func (c *Client) list(ctx context.Context, cl podresourcesv1.PodResourcesListerClient, pod Pod) (Resources, error) {
 	var resp *podresourcesv1.ListPodResourcesResponse
 	err := c.retry(ctx, "List", func(ctx context.Context) error {
 		var err error
@@ -199,18 +220,19 @@ func (c *Client) list(ctx context.Context, cl podresourcesv1.PodResourcesListerC
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return Resources{}, err
 	}
-	devs := Devices{}
+	res := Resources{Devices: Devices{}}
 	for _, pr := range resp.GetPodResources() {
 		// The API carries no UID, so a pod deleted and created again under
 		// the same name cannot be told from its predecessor here; the kubelet
 		// lists only the pods it currently has, which makes that a short race.
 		if pr.GetNamespace() == pod.Namespace && pr.GetName() == pod.Name {
-			addContainers(devs, pr.GetContainers())
+			res.addContainers(pr.GetContainers())
 		}
 	}
-	return devs.normalise(), nil
+	res.Devices.normalise()
+	return res, nil
 }
 
 // getFallsBack reports whether a failed Get should be followed by List: only
@@ -230,26 +252,64 @@ func getFallsBack(err error) bool {
 	return false
 }
 
-// addContainers merges the devices of every container. The kubelet lists
-// restartable init containers (sidecars) among the containers where it
-// reports them at all; other init containers hold no devices once the pod's
-// sandbox exists, so there is nothing more to ask for.
-func addContainers(devs Devices, containers []*podresourcesv1.ContainerResources) {
+// addContainers merges the devices and claims of every container. The
+// kubelet lists restartable init containers (sidecars) among the containers
+// where it reports them at all; other init containers hold no devices once
+// the pod's sandbox exists, so there is nothing more to ask for.
+func (r *Resources) addContainers(containers []*podresourcesv1.ContainerResources) {
 	for _, ctr := range containers {
 		for _, cd := range ctr.GetDevices() {
 			name := cd.GetResourceName()
 			if name == "" {
 				continue
 			}
-			devs[name] = append(devs[name], cd.GetDeviceIds()...)
+			r.Devices[name] = append(r.Devices[name], cd.GetDeviceIds()...)
+		}
+		for _, dr := range ctr.GetDynamicResources() {
+			r.addClaim(dr)
 		}
 	}
+}
+
+// addClaim adds a claim that a container names, once however many name it.
+//
+// The kubelet of 1.36 reports the CDI devices of a driver's devices
+// cumulatively: each device's list also holds those of the driver's
+// devices before it (GetDynamicResources in
+// pkg/kubelet/cm/container_manager_linux.go keeps one list per driver). A
+// device is given only the names no earlier device of its driver had, so
+// that the answer is right with that kubelet and with one that is fixed.
+func (r *Resources) addClaim(dr *podresourcesv1.DynamicResource) {
+	for _, c := range r.Claims {
+		if c.Namespace == dr.GetClaimNamespace() && c.Name == dr.GetClaimName() {
+			return
+		}
+	}
+	claim := dra.KubeletClaim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName()}
+	seen := map[string]map[string]bool{} // driver -> CDI names of its devices so far
+	for _, cr := range dr.GetClaimResources() {
+		drv := cr.GetDriverName()
+		if seen[drv] == nil {
+			seen[drv] = map[string]bool{}
+		}
+		d := dra.KubeletDevice{Driver: drv, Pool: cr.GetPoolName(), Device: cr.GetDeviceName(), ShareID: cr.GetShareId()}
+		for _, cdi := range cr.GetCdiDevices() {
+			if n := cdi.GetName(); n != "" && !seen[drv][n] {
+				d.CDIDevices = append(d.CDIDevices, n)
+			}
+		}
+		for _, n := range d.CDIDevices {
+			seen[drv][n] = true
+		}
+		claim.Devices = append(claim.Devices, d)
+	}
+	r.Claims = append(r.Claims, claim)
 }
 
 // normalise sorts each resource's IDs and drops duplicates and empty IDs.
 // The kubelet reports one entry per NUMA node, in map order, so its order
 // means nothing; a device shared by two containers would appear twice.
-func (d Devices) normalise() Devices {
+func (d Devices) normalise() {
 	for name, ids := range d {
 		sort.Strings(ids)
 		out := ids[:0]
@@ -265,7 +325,6 @@ func (d Devices) normalise() Devices {
 		}
 		d[name] = out
 	}
-	return d
 }
 
 func (c *Client) client() (podresourcesv1.PodResourcesListerClient, error) {

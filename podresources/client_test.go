@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/manifold-cni/manifold/dra"
 	"github.com/manifold-cni/manifold/podresources"
 	prt "github.com/manifold-cni/manifold/podresources/podresourcestest"
 )
@@ -300,5 +301,60 @@ func TestPartialBackoffStillWaits(t *testing.T) {
 	// Waits of at least 25 ms, doubling, fit at most 4 times into 200 ms.
 	if n := k.Calls(prt.MethodGet); n > 9 {
 		t.Errorf("%d Get calls in 200 ms of retrying, want at most 9", n)
+	}
+}
+
+// TestResourcesClaims: the DRA claims of a pod's containers come back once
+// each, however many containers name them, with each device's own CDI names
+// whether the kubelet reports them cumulatively per driver (1.36) or not,
+// from Get and from List alike; another pod's claims stay out.
+func TestResourcesClaims(t *testing.T) {
+	nics := prt.Claim{Namespace: "ns1", Name: "a-nics-5x2k", Devices: []prt.ClaimDevice{
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-3", CDI: []string{"example.com/nic=3"}},
+		{Driver: "gpu.example.com", Pool: "node1", Device: "gpu-0", CDI: []string{"example.com/gpu=0"}},
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-1", CDI: []string{"example.com/nic=1", "example.com/nic-rdma=1"}},
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-2"},
+	}}
+	mine := prt.Pod{Namespace: "ns1", Name: "a", Containers: []prt.Container{
+		{Name: "main", Claims: []prt.Claim{nics}},
+		{Name: "sidecar", Claims: []prt.Claim{nics}},
+	}}
+	other := prt.Pod{Namespace: "ns1", Name: "b", Containers: []prt.Container{
+		{Name: "c", Claims: []prt.Claim{{Namespace: "ns1", Name: "b-nic", Devices: []prt.ClaimDevice{{Driver: "nic.example.com", Pool: "node1", Device: "nic-9"}}}}},
+	}}
+	want := []dra.KubeletClaim{{Namespace: "ns1", Name: "a-nics-5x2k", Devices: []dra.KubeletDevice{
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-3", CDIDevices: []string{"example.com/nic=3"}},
+		{Driver: "gpu.example.com", Pool: "node1", Device: "gpu-0", CDIDevices: []string{"example.com/gpu=0"}},
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-1", CDIDevices: []string{"example.com/nic=1", "example.com/nic-rdma=1"}},
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-2"},
+	}}}
+	for _, tc := range []struct {
+		name       string
+		fixedCDI   bool
+		get        bool
+		wantSource podresources.Source
+	}{
+		{name: "1.36 kubelet, Get", get: true, wantSource: podresources.SourceGet},
+		{name: "fixed kubelet, Get", fixedCDI: true, get: true, wantSource: podresources.SourceGet},
+		{name: "1.36 kubelet, List", wantSource: podresources.SourceList},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := prt.Start(t, mine, other)
+			k.SetFixedCDI(tc.fixedCDI)
+			k.SetGetUnimplemented(!tc.get)
+			res, src, err := newClient(t, k.Socket).Resources(context.Background(), pod(mine))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if src != tc.wantSource {
+				t.Errorf("source %s, want %s", src, tc.wantSource)
+			}
+			if !reflect.DeepEqual(res.Claims, want) {
+				t.Errorf("claims\n%+v\nwant\n%+v", res.Claims, want)
+			}
+			if len(res.Devices) != 0 {
+				t.Errorf("device-plugin devices %v, want none", res.Devices)
+			}
+		})
 	}
 }

@@ -7,17 +7,21 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/manifold-cni/manifold/dra"
 )
 
-// Answer is what RunQuery prints: the pod's devices and where they came
-// from, or the error that stopped the query.
+// Answer is what RunQuery prints: the pod's devices and DRA claims and
+// where they came from, or the error that stopped the query. flow decodes
+// it (flow.KubeletAnswer) without importing this package.
 type Answer struct {
-	Devices Devices `json:"devices,omitempty"`
-	Source  Source  `json:"source,omitempty"`
-	Error   string  `json:"error,omitempty"`
+	Devices Devices            `json:"devices,omitempty"`
+	Claims  []dra.KubeletClaim `json:"claims,omitempty"`
+	Source  Source             `json:"source,omitempty"`
+	Error   string             `json:"error,omitempty"`
 }
 
-// RunQuery is `manifold-daemon pod-devices`: one Client.Devices for one pod,
+// RunQuery is `manifold-daemon pod-devices`: one Client.Resources for one pod,
 // answered as JSON on stdout. The thin plugin runs it only for a pod that
 // draws a device, so that its own binary does not link gRPC, whose start-up
 // every other call would pay (docs/devices.md). It exits 0 with an Answer,
@@ -44,9 +48,11 @@ func RunQuery(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	var a Answer
-	var err error
-	if a.Devices, a.Source, err = c.Devices(ctx, pod); err != nil {
+	res, src, err := c.Resources(ctx, pod)
+	if err != nil {
 		a = Answer{Error: err.Error()}
+	} else {
+		a = Answer{Devices: res.Devices, Claims: res.Claims, Source: src}
 	}
 	if err := json.NewEncoder(stdout).Encode(a); err != nil {
 		fmt.Fprintf(stderr, "pod-devices: %v\n", err)

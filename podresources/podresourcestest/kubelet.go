@@ -35,10 +35,25 @@ type Device struct {
 }
 
 // Container is one container of a pod and its devices, served in the order
-// given here: give them unsorted to check that a client sorts.
+// given here: give them unsorted to check that a client sorts. Claims are the
+// DRA claims it names in its resources.claims (DynamicResources).
 type Container struct {
 	Name    string
 	Devices []Device
+	Claims  []Claim
+}
+
+// Claim is a DRA claim as the kubelet prepared it.
+type Claim struct {
+	Namespace, Name string
+	Devices         []ClaimDevice
+}
+
+// ClaimDevice is one prepared device of a Claim, with the CDI names its
+// driver returned for it.
+type ClaimDevice struct {
+	Driver, Pool, Device, ShareID string
+	CDI                           []string
 }
 
 // Pod is a pod the fake kubelet knows. UID is not served by the API (it has
@@ -71,6 +86,7 @@ type Kubelet struct {
 	exhaust       int
 	getUnimpl     bool
 	getDisabled   bool
+	fixedCDI      bool
 	calls         map[string]int
 	rejectedCalls int
 }
@@ -157,6 +173,16 @@ func (k *Kubelet) SetGetDisabled(on bool) {
 	k.getDisabled = on
 }
 
+// SetFixedCDI makes the kubelet report each DRA device's own CDI names.
+// By default it reports them as the 1.36 kubelet does: each device of a
+// driver also carries the names of the driver's devices before it in the
+// claim (GetDynamicResources in pkg/kubelet/cm/container_manager_linux.go).
+func (k *Kubelet) SetFixedCDI(on bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fixedCDI = on
+}
+
 // Calls reports how many calls of method (MethodGet, …) arrived, including
 // those refused.
 func (k *Kubelet) Calls(method string) int {
@@ -200,7 +226,7 @@ func (k *Kubelet) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequ
 	}
 	for _, p := range k.pods {
 		if p.Namespace == req.GetPodNamespace() && p.Name == req.GetPodName() {
-			return &podresourcesv1.GetPodResourcesResponse{PodResources: toAPI(p)}, nil
+			return &podresourcesv1.GetPodResourcesResponse{PodResources: k.toAPI(p)}, nil
 		}
 	}
 	return nil, status.Errorf(codes.Unknown, "pod %s in namespace %s not found", req.GetPodName(), req.GetPodNamespace())
@@ -212,7 +238,7 @@ func (k *Kubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest)
 	defer k.mu.Unlock()
 	resp := &podresourcesv1.ListPodResourcesResponse{}
 	for _, p := range k.pods {
-		resp.PodResources = append(resp.PodResources, toAPI(p))
+		resp.PodResources = append(resp.PodResources, k.toAPI(p))
 	}
 	return resp, nil
 }
@@ -231,12 +257,40 @@ func (k *Kubelet) GetAllocatableResources(context.Context, *podresourcesv1.Alloc
 	return &podresourcesv1.AllocatableResourcesResponse{Devices: group(all)}, nil
 }
 
-func toAPI(p Pod) *podresourcesv1.PodResources {
+func (k *Kubelet) toAPI(p Pod) *podresourcesv1.PodResources {
 	pr := &podresourcesv1.PodResources{Name: p.Name, Namespace: p.Namespace}
 	for _, c := range p.Containers {
-		pr.Containers = append(pr.Containers, &podresourcesv1.ContainerResources{Name: c.Name, Devices: group(c.Devices)})
+		cr := &podresourcesv1.ContainerResources{Name: c.Name, Devices: group(c.Devices)}
+		for _, cl := range c.Claims {
+			cr.DynamicResources = append(cr.DynamicResources, k.dynamicResource(cl))
+		}
+		pr.Containers = append(pr.Containers, cr)
 	}
 	return pr
+}
+
+// dynamicResource is a claim as the kubelet reports it, with its CDI names
+// cumulative per driver unless SetFixedCDI.
+func (k *Kubelet) dynamicResource(cl Claim) *podresourcesv1.DynamicResource {
+	dr := &podresourcesv1.DynamicResource{ClaimName: cl.Name, ClaimNamespace: cl.Namespace}
+	sofar := map[string][]*podresourcesv1.CDIDevice{}
+	for _, d := range cl.Devices {
+		var cdi []*podresourcesv1.CDIDevice
+		if !k.fixedCDI {
+			cdi = sofar[d.Driver]
+		}
+		for _, n := range d.CDI {
+			cdi = append(cdi, &podresourcesv1.CDIDevice{Name: n})
+		}
+		sofar[d.Driver] = cdi
+		res := &podresourcesv1.ClaimResource{CdiDevices: cdi, DriverName: d.Driver, PoolName: d.Pool, DeviceName: d.Device}
+		if d.ShareID != "" {
+			id := d.ShareID
+			res.ShareId = &id
+		}
+		dr.ClaimResources = append(dr.ClaimResources, res)
+	}
+	return dr
 }
 
 // group makes one ContainerDevices per resource and NUMA node, keeping the

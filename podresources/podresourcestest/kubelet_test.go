@@ -69,3 +69,48 @@ func TestFakeKubelet(t *testing.T) {
 		t.Errorf("socket still there after Stop: %v", err)
 	}
 }
+
+// DRA claims are served per container as DynamicResources, with the CDI
+// names of a driver's devices cumulative as the 1.36 kubelet reports them,
+// or each device's own after SetFixedCDI.
+func TestFakeKubeletDynamicResources(t *testing.T) {
+	claim := Claim{Namespace: "ns", Name: "p-nic-x7", Devices: []ClaimDevice{
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-0", CDI: []string{"example.com/nic=0"}},
+		{Driver: "nic.example.com", Pool: "node1", Device: "nic-1", CDI: []string{"example.com/nic=1"}, ShareID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427"},
+	}}
+	k := Start(t, Pod{Namespace: "ns", Name: "p", Containers: []Container{{Name: "c", Claims: []Claim{claim}}}})
+	cl := dial(t, k.Socket)
+	cdiOf := func() [][]string {
+		t.Helper()
+		resp, err := cl.Get(context.Background(), &podresourcesv1.GetPodResourcesRequest{PodNamespace: "ns", PodName: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drs := resp.GetPodResources().GetContainers()[0].GetDynamicResources()
+		if len(drs) != 1 || drs[0].GetClaimName() != "p-nic-x7" || drs[0].GetClaimNamespace() != "ns" {
+			t.Fatalf("dynamic resources %v, want claim ns/p-nic-x7", drs)
+		}
+		var out [][]string
+		for _, cr := range drs[0].GetClaimResources() {
+			if cr.GetDriverName() != "nic.example.com" || cr.GetPoolName() != "node1" {
+				t.Errorf("claim resource %v", cr)
+			}
+			var names []string
+			for _, c := range cr.GetCdiDevices() {
+				names = append(names, c.GetName())
+			}
+			out = append(out, names)
+		}
+		if got := drs[0].GetClaimResources()[1]; got.GetDeviceName() != "nic-1" || got.GetShareId() != "1b4e28ba-2fa1-11d2-883f-0016d3cca427" {
+			t.Errorf("second device %v", got)
+		}
+		return out
+	}
+	if got := cdiOf(); len(got) != 2 || len(got[0]) != 1 || len(got[1]) != 2 || got[1][0] != "example.com/nic=0" {
+		t.Errorf("CDI names %v, want the second device's to hold the first's too", got)
+	}
+	k.SetFixedCDI(true)
+	if got := cdiOf(); len(got) != 2 || len(got[1]) != 1 || got[1][0] != "example.com/nic=1" {
+		t.Errorf("CDI names with SetFixedCDI %v, want each device's own", got)
+	}
+}
