@@ -48,7 +48,7 @@ func newMetrics() *metrics {
 		}),
 		api: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "manifold_daemon_api_requests_total",
-			Help: "Requests to the API server, by kind (pod_get, nad_get, pod_status_patch, event_create, pod_list, pod_watch) and result (ok or error).",
+			Help: "Requests to the API server, by kind (pod_get, nad_get, pod_status_patch, event_create, pod_list, pod_watch, resourceclaim_get, resourceslice_list, resourceclaim_status_apply) and result (ok or error).",
 		}, []string{"kind", "result"}),
 		hotplug: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "manifold_daemon_hotplug_operations_total",
@@ -119,6 +119,24 @@ func (c *countedAPI) PatchPodAnnotation(ctx context.Context, namespace, name, ui
 func (c *countedAPI) Event(ctx context.Context, pod *k8sclient.Pod, eventType, reason, message, host string, now time.Time) error {
 	err := c.API.Event(ctx, pod, eventType, reason, message, host, now)
 	c.m.apiRequest("event_create", err)
+	return err
+}
+
+func (c *countedAPI) GetResourceClaim(ctx context.Context, namespace, name string) (*k8sclient.ResourceClaim, error) {
+	rc, err := c.API.GetResourceClaim(ctx, namespace, name)
+	c.m.apiRequest("resourceclaim_get", err)
+	return rc, err
+}
+
+func (c *countedAPI) ListResourceSlices(ctx context.Context, driver, nodeName string) ([]k8sclient.ResourceSlice, error) {
+	s, err := c.API.ListResourceSlices(ctx, driver, nodeName)
+	c.m.apiRequest("resourceslice_list", err)
+	return s, err
+}
+
+func (c *countedAPI) ApplyClaimDeviceStatus(ctx context.Context, namespace, name, uid, fieldManager string, devices []k8sclient.DeviceStatus, force bool) error {
+	err := c.API.ApplyClaimDeviceStatus(ctx, namespace, name, uid, fieldManager, devices, force)
+	c.m.apiRequest("resourceclaim_status_apply", err)
 	return err
 }
 

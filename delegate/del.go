@@ -140,6 +140,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	r.expect("DEL", rec, order)
 	defer r.Prestart.Close()
 	var errs []error
+	var released []netconf.Attachment
 	leftInRecord := false
 	for i, att := range order {
 		file := files[len(atts)-1-i]
@@ -147,7 +148,14 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 			errs = append(errs, err)
 			var lb *LeftBehindError
 			leftInRecord = leftInRecord || (errors.As(err, &lb) && file == r.Store.Path(req.ContainerID))
+			continue
 		}
+		if file == r.Store.Path(req.ContainerID) {
+			released = append(released, *att)
+		}
+	}
+	if r.Released != nil && len(released) > 0 {
+		r.Released(ctx, rec, released)
 	}
 	// A record that names an attachment left behind is kept: it is what
 	// tells the admin, and every retry, about it.

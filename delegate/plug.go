@@ -101,6 +101,9 @@ func (c *Change) Detach(ctx context.Context, ifName string) error {
 	if err := c.r.delBounded(ctx, c.delView(), &rec.Attachments[i], c.r.Store.Path(rec.ContainerID)); err != nil {
 		return err
 	}
+	if c.r.Released != nil {
+		c.r.Released(ctx, rec, []netconf.Attachment{rec.Attachments[i]})
+	}
 	rec.Attachments = slices.Delete(rec.Attachments, i, i+1)
 	return c.r.Store.Save(rec)
 }

@@ -66,6 +66,12 @@ type Runner struct {
 	// files that the attachment's plugins read (a Device Info file) are made
 	// then, so that a crash leaves none that DEL would not remove.
 	Prepare func(att *netconf.Attachment)
+	// Released, when set, is called by Del (and by a hot-plug's Detach) with
+	// the recorded attachments whose delegates' DEL succeeded, before it
+	// returns: what manifold told the API server about them (a DRA claim's
+	// status) is taken back then. It needs nothing from the attachments'
+	// delegates, and its failure is its own to report.
+	Released func(ctx context.Context, rec *scratch.Record, atts []netconf.Attachment)
 }
 
 // NewCNI returns the libcni runner used in production: plugins are looked up in

@@ -213,3 +213,30 @@ func TestDelFailsWhenTheCacheCannotBeRead(t *testing.T) {
 		t.Errorf("the retry, with the cache readable again: %v", err)
 	}
 }
+
+// TestDelReleasesWhatWasDeleted: Released hears, once per DEL, of the
+// recorded attachments whose delegates' DEL succeeded, and of no other.
+func TestDelReleasesWhatWasDeleted(t *testing.T) {
+	f := &fakeCNI{failDel: map[string]error{"b": errors.New("busy")}}
+	r := newRunner(t, f)
+	if err := r.Store.Save(record("c1")); err != nil {
+		t.Fatal(err)
+	}
+	var heard [][]string
+	r.Released = func(_ context.Context, rec *scratch.Record, atts []netconf.Attachment) {
+		var names []string
+		for _, a := range atts {
+			names = append(names, a.Network)
+		}
+		heard = append(heard, names)
+		if rec.ContainerID != "c1" {
+			t.Errorf("released for container %s", rec.ContainerID)
+		}
+	}
+	if err := r.Del(context.Background(), DelRequest{ContainerID: "c1"}); err == nil {
+		t.Fatal("DEL with a failing delegate succeeded")
+	}
+	if len(heard) != 1 || strings.Join(heard[0], ",") != "c,a" {
+		t.Errorf("released %v, want once, c and a (b's DEL failed)", heard)
+	}
+}

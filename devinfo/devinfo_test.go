@@ -274,3 +274,35 @@ func assertOnlyFile(t *testing.T, dir, name string) {
 		t.Errorf("%s holds %v, want only %s", dir, names, name)
 	}
 }
+
+// TestWritePCIDocument: a DRA device's document, made from its PCI address,
+// is written by Copy's rules: valid, 0444, never over another document, and
+// a retried ADD finds its own.
+func TestWritePCIDocument(t *testing.T) {
+	d := Dir{Base: t.TempDir()}
+	doc, err := PCIDocument("0000:03:00.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := d.Write(doc, att); err != nil || out != Written {
+		t.Fatalf("Write = %v, %v; want written", out, err)
+	}
+	info, err := d.Read(att)
+	if err != nil || info.Type != TypePCI || string(info.Raw) != `{"pci":{"pci-address":"0000:03:00.1"},"type":"pci","version":"1.1.0"}` {
+		t.Fatalf("Read = %+v, %v", info, err)
+	}
+	dst, _ := d.AttachmentPath(att)
+	if st, err := os.Stat(dst); err != nil || st.Mode().Perm() != 0o444 {
+		t.Errorf("mode %v, %v; want 0444", st.Mode(), err)
+	}
+	if out, err := d.Write(doc, att); err != nil || out != AlreadyThere {
+		t.Errorf("second Write = %v, %v; want already there", out, err)
+	}
+	other, _ := PCIDocument("0000:03:00.7")
+	if _, err := d.Write(other, att); !errors.Is(err, ErrConflict) {
+		t.Errorf("Write over another document: %v, want ErrConflict", err)
+	}
+	if _, err := d.Write([]byte(`{"type":"gpu"}`), Attachment{Network: "n", ContainerID: "c2", IfName: "net1"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Write of an invalid document: %v, want ErrInvalid", err)
+	}
+}

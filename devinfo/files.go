@@ -24,6 +24,9 @@ const (
 	// (many do not), so nothing was written. Not an error: the attachment
 	// simply has no device-info, or its delegate writes one itself.
 	NoDevicePluginFile
+	// Written: the attachment's file was written from a document manifold
+	// made (a DRA device's, from its ResourceSlice).
+	Written
 )
 
 func (o Outcome) String() string {
@@ -34,6 +37,8 @@ func (o Outcome) String() string {
 		return "already there"
 	case NoDevicePluginFile:
 		return "no device-plugin file"
+	case Written:
+		return "written"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -72,18 +77,57 @@ func (d Dir) Copy(resource, deviceID string, att Attachment) (Outcome, error) {
 	if err != nil {
 		return 0, fmt.Errorf("copy device info for %s: %s: %w", att, src, err)
 	}
-	dir := filepath.Dir(dst)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("copy device info for %s: %w", att, err)
-	}
-	err = linkNew(dir, dst, b)
-	if errors.Is(err, os.ErrExist) {
-		return compareExisting(dst, info, att)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("copy device info for %s to %s: %w", att, dst, err)
+	if err := place(dst, b, info, att); err != nil {
+		if errors.Is(err, errSame) {
+			return AlreadyThere, nil
+		}
+		return 0, err
 	}
 	return Copied, nil
+}
+
+// Write writes doc, a document manifold made for a device that no device
+// plugin describes (a DRA device), as att's file, by the rules of Copy: a
+// valid document, mode 0444, whole or not at all, never over another one.
+func (d Dir) Write(doc []byte, att Attachment) (Outcome, error) {
+	dst, err := d.AttachmentPath(att)
+	if err != nil {
+		return 0, err
+	}
+	info, err := Parse(doc)
+	if err != nil {
+		return 0, fmt.Errorf("write device info for %s: %w", att, err)
+	}
+	if err := place(dst, doc, info, att); err != nil {
+		if errors.Is(err, errSame) {
+			return AlreadyThere, nil
+		}
+		return 0, err
+	}
+	return Written, nil
+}
+
+// errSame is place's answer when dst already holds the document.
+var errSame = errors.New("already there")
+
+// place links the document b (parsed as info) to dst; a dst that holds the
+// same document already is errSame, one that holds another ErrConflict.
+func place(dst string, b []byte, info *Info, att Attachment) error {
+	dir := filepath.Dir(dst)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write device info for %s: %w", att, err)
+	}
+	err := linkNew(dir, dst, b)
+	if errors.Is(err, os.ErrExist) {
+		if _, err := compareExisting(dst, info, att); err != nil {
+			return err
+		}
+		return errSame
+	}
+	if err != nil {
+		return fmt.Errorf("write device info for %s to %s: %w", att, dst, err)
+	}
+	return nil
 }
 
 // compareExisting decides about a file that was there before Copy: the same

@@ -90,3 +90,10 @@ func stringField(fields map[string]json.RawMessage, key string, into *string) er
 	}
 	return nil
 }
+
+// PCIDocument is the Device Info document (spec v1.1.0) of a PCI device
+// known only by its address: what a DRA device's standard pciBusID
+// attribute says of it.
+func PCIDocument(address string) ([]byte, error) {
+	return json.Marshal(map[string]any{"type": TypePCI, "version": "1.1.0", TypePCI: map[string]string{"pci-address": address}})
+}

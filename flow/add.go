@@ -33,6 +33,9 @@ type podContext struct {
 	api  podAPI
 	nads *nadCache      // nil when api is
 	pod  *k8sclient.Pod // nil: no API, or the pod was not found
+	// podRead is set when pod was read from the API server; its annotations
+	// from the runtime (CapPodAnnotations) give no spec or status.
+	podRead bool
 	// statusUID is the UID the status patch requires the pod to have (empty:
 	// none; a static pod's mirror has a UID of its own).
 	statusUID string
@@ -74,7 +77,7 @@ func (p *Plugin) add(c *call) error {
 	if len(pc.pending) > 0 {
 		c.runner.Confirm = pc.confirm(c)
 	}
-	c.runner.Prepare = copyDeviceInfo(c)
+	c.runner.Prepare = prepareDeviceInfo(c)
 	results, err := c.runner.Add(ctx, rec)
 	if err != nil {
 		p.warnEvent(ctx, c, pc, err)
@@ -165,7 +168,7 @@ func (p *Plugin) lookupPod(ctx context.Context, c *call) (*podContext, error) {
 	if c.pod.UID != "" && pod.UID != c.pod.UID && isAPIPod(pod) {
 		return nil, netconf.Invalid("pod UID from the API (%s) differs from K8S_POD_UID (%s): the pod was replaced", pod.UID, c.pod.UID)
 	}
-	pc.pod, pc.statusUID = pod, pod.UID
+	pc.pod, pc.statusUID, pc.podRead = pod, pod.UID, true
 	return pc, nil
 }
 
@@ -218,7 +221,7 @@ func (p *Plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
-	if err := p.assignDevices(ctx, c, atts); err != nil {
+	if err := p.assignDevices(ctx, c, pc, atts); err != nil {
 		return nil, err
 	}
 	if err := delegate.CheckDefaultRoutes(atts); err != nil {
@@ -277,7 +280,7 @@ func (p *Plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *
 		}
 		// A network that draws a device is never speculated on: its device
 		// is assigned before the first delegate runs, from its NAD as read.
-		if def, ok := nads.speculate(nadKey{sel.Namespace, sel.Name}); ok && def.resource == "" {
+		if def, ok := nads.speculate(nadKey{sel.Namespace, sel.Name}); ok && !def.drawsDevice() {
 			// A remembered config that makes no attachment waits for the read.
 			if att, err := attachmentFor(c.log, c.conf, sel, def, true); err == nil {
 				pc.pending = append(pc.pending, pendingNAD{index: len(*atts), sel: sel, def: def})
@@ -359,7 +362,9 @@ func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSe
 	if err != nil {
 		return netconf.Attachment{}, err
 	}
-	att.Resource = def.resource
+	if err := def.drawFrom(&att); err != nil {
+		return netconf.Attachment{}, err
+	}
 	att.DeviceID = sel.DeviceID
 	for _, w := range warnings {
 		log.Warn(w, "network", att.DisplayName())

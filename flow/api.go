@@ -29,6 +29,11 @@ type podAPI interface {
 	GetNAD(ctx context.Context, namespace, name string) (*k8sclient.NetworkAttachmentDefinition, error)
 	PatchPodAnnotation(ctx context.Context, namespace, name, uid, key, value string) error
 	Event(ctx context.Context, pod *k8sclient.Pod, eventType, reason, message, host string, now time.Time) error
+	// The DRA reads and writes, for a pod that draws a DRA device
+	// (docs/devices.md).
+	GetResourceClaim(ctx context.Context, namespace, name string) (*k8sclient.ResourceClaim, error)
+	ListResourceSlices(ctx context.Context, driver, nodeName string) ([]k8sclient.ResourceSlice, error)
+	ApplyClaimDeviceStatus(ctx context.Context, namespace, name, uid, fieldManager string, devices []k8sclient.DeviceStatus, force bool) error
 }
 
 // apiError maps an API failure to its CNI code: 11 when the server could not be

@@ -26,6 +26,8 @@ import (
 type fakeAPI struct {
 	pod  *k8sclient.Pod
 	nads map[string]string
+	// nadAnnotations are the annotations of these NADs.
+	nadAnnotations map[string]map[string]string
 	// nadErrs are errors GetNAD returns for these NADs ("namespace/name").
 	nadErrs map[string]error
 	// podHook, when set, runs inside WaitForPod before it answers.
@@ -33,9 +35,21 @@ type fakeAPI struct {
 	// nadGates hold the reads of these NADs ("namespace/name") until closed.
 	nadGates map[string]chan struct{}
 
+	// claims and slices are the DRA objects it serves; claimErr, when
+	// set, answers every claim read.
+	claims   map[string]*k8sclient.ResourceClaim // namespace/name
+	slices   []k8sclient.ResourceSlice
+	claimErr error
+	// applyErrs answer the next status applies, in order.
+	applyErrs []error
+
 	mu      sync.Mutex
 	events  []string
 	patches int
+	// applies are the claim status applies, in order.
+	applies    []claimApply
+	claimReads []string
+	sliceLists []string
 	// patchUIDs are the UIDs the status patches were conditional on.
 	patchUIDs []string
 	nadReads  []string
@@ -73,6 +87,7 @@ func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.Network
 	}
 	nad := &k8sclient.NetworkAttachmentDefinition{}
 	nad.Spec.Config = cfg
+	nad.Metadata.Annotations = f.nadAnnotations[ns+"/"+name]
 	return nad, nil
 }
 
@@ -88,6 +103,52 @@ func (f *fakeAPI) Event(_ context.Context, _ *k8sclient.Pod, typ, reason, msg, _
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events = append(f.events, typ+" "+reason+" "+msg)
+	return nil
+}
+
+// claimApply is one ApplyClaimDeviceStatus.
+type claimApply struct {
+	claim, uid, manager string
+	devices             []k8sclient.DeviceStatus
+	force               bool
+}
+
+func (f *fakeAPI) GetResourceClaim(_ context.Context, ns, name string) (*k8sclient.ResourceClaim, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claimReads = append(f.claimReads, ns+"/"+name)
+	if f.claimErr != nil {
+		return nil, f.claimErr
+	}
+	rc, ok := f.claims[ns+"/"+name]
+	if !ok {
+		return nil, k8sclient.ErrNotFound
+	}
+	return rc, nil
+}
+
+func (f *fakeAPI) ListResourceSlices(_ context.Context, driver, node string) ([]k8sclient.ResourceSlice, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sliceLists = append(f.sliceLists, driver+"@"+node)
+	var out []k8sclient.ResourceSlice
+	for _, s := range f.slices {
+		if s.Spec.Driver == driver && (node == "" || (s.Spec.NodeName != nil && *s.Spec.NodeName == node)) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeAPI) ApplyClaimDeviceStatus(_ context.Context, ns, name, uid, manager string, devices []k8sclient.DeviceStatus, force bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applies = append(f.applies, claimApply{claim: ns + "/" + name, uid: uid, manager: manager, devices: devices, force: force})
+	if len(f.applyErrs) > 0 {
+		err := f.applyErrs[0]
+		f.applyErrs = f.applyErrs[1:]
+		return err
+	}
 	return nil
 }
 

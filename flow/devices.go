@@ -12,15 +12,26 @@ import (
 	"strings"
 
 	"github.com/manifold-cni/manifold/devinfo"
+	"github.com/manifold-cni/manifold/dra"
 	"github.com/manifold-cni/manifold/netconf"
 )
 
-// PodDevices returns the devices the kubelet allocated to a pod, by
-// resource, each list sorted, and where the answer came from (for the log).
-// The daemon asks in-process (podresources.Client); the thin plugin runs
-// `manifold-daemon pod-devices` (execPodDevices), so that its own binary
-// does not link gRPC, whose start-up every call would pay.
-type PodDevices func(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (devices map[string][]string, source string, err error)
+// PodDevices asks the kubelet which devices it allocated to a pod: its
+// device-plugin devices by resource, each list sorted, the DRA claims of its
+// containers, and where the answer came from (for the log). The daemon asks
+// in-process (podresources.Client); the thin plugin runs `manifold-daemon
+// pod-devices` (execPodDevices), so that its own binary does not link gRPC,
+// whose start-up every call would pay.
+type PodDevices func(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (KubeletAnswer, error)
+
+// KubeletAnswer is what the kubelet said of a pod's devices; its JSON is
+// podresources.Answer's, which `manifold-daemon pod-devices` prints.
+type KubeletAnswer struct {
+	Devices map[string][]string `json:"devices,omitempty"`
+	Claims  []dra.KubeletClaim  `json:"claims,omitempty"`
+	Source  string              `json:"source,omitempty"`
+	Error   string              `json:"error,omitempty"`
+}
 
 // SetPodDevices replaces how the plugin asks the kubelet for a pod's devices.
 func (p *Plugin) SetPodDevices(f PodDevices) { p.devices = f }
@@ -31,84 +42,125 @@ const (
 	capDeviceInfoFile = "CNIDeviceInfoFile"
 )
 
-// assignDevices gives each network that draws from a device-plugin resource
-// (its NAD's k8s.v1.cni.cncf.io/resourceName) one of the devices the kubelet
-// allocated to the pod for that resource, in attachment order: the default
-// and cluster networks first, then the annotation's order. An explicit
-// deviceID in the network's selection wins and is taken out of the pool; it
-// must be one of the pod's own devices of that resource, or a pod's author
-// could move another pod's device into theirs. A pod with no such network
-// asks the kubelet nothing; one with any asks once.
-//
-// Every plugin of such a network gets the device as top-level "deviceID" and
-// "pciBusID" (sriov-cni reads the one, host-device the other), and
-// runtimeConfig.deviceID where a plugin declares the capability. Every network
-// with a device, or whose plugins declare CNIDeviceInfoFile, gets the path of
-// its Device Info file in runtimeConfig.CNIDeviceInfoFile, and the record
-// keeps it, so that DEL removes the file without asking anyone.
-func (p *Plugin) assignDevices(ctx context.Context, c *call, atts []netconf.Attachment) error {
-	var wanted []string // the resources that some network draws from
-	for i := range atts {
-		if atts[i].Resource != "" && !slices.Contains(wanted, atts[i].Resource) {
-			wanted = append(wanted, atts[i].Resource)
-		}
+// kubelet asks the kubelet about the call's pod at most once, when first
+// needed: by a network on a device-plugin resource, or by a DRA device that
+// only the kubelet's CDI names can name.
+type kubelet struct {
+	p      *Plugin
+	c      *call
+	answer *KubeletAnswer
+	err    error
+}
+
+func (k *kubelet) ask(ctx context.Context) (*KubeletAnswer, error) {
+	if k.answer == nil && k.err == nil {
+		k.answer, k.err = k.p.podDevices(ctx, k.c)
 	}
-	var pools map[string][]string
-	if len(wanted) > 0 {
-		var err error
-		if pools, err = p.podDevices(ctx, c); err != nil {
-			return err
-		}
-		if pools == nil {
-			pools = map[string][]string{}
-		}
-		for i := range atts { // an explicit device is nobody else's
-			a := &atts[i]
-			if a.Resource == "" || a.DeviceID == "" {
-				continue
-			}
-			if !slices.Contains(pools[a.Resource], a.DeviceID) {
-				return netconf.Invalid("network %s: deviceID %q is not one of the pod's devices of resource %q (%s)", a.DisplayName(), a.DeviceID, a.Resource, strings.Join(pools[a.Resource], ", "))
-			}
-			pools[a.Resource] = slices.DeleteFunc(pools[a.Resource], func(id string) bool { return id == a.DeviceID })
-		}
-		for _, res := range wanted {
-			n := 0
-			for i := range atts {
-				if atts[i].Resource == res && atts[i].DeviceID == "" {
-					n++
-				}
-			}
-			if have := len(pools[res]); have < n {
-				return netconf.Invalid("resource %q: %d network(s) of the pod draw a device from it (%s), and the kubelet allocated the pod %d more of it; request as many devices of %s in the pod's resources as networks name it",
-					res, n, drawingNetworks(atts, res), have, res)
-			}
-		}
+	return k.answer, k.err
+}
+
+// assignDevices gives each network that draws a device its device: one the
+// kubelet allocated to the pod for a device-plugin resource (a NAD's
+// k8s.v1.cni.cncf.io/resourceName with a domain), or one of the pod's DRA
+// claims (assignClaims). A pod with no such network asks nobody anything.
+// Then every network with a device, or whose plugins declare
+// CNIDeviceInfoFile, gets the path of its Device Info file in
+// runtimeConfig.CNIDeviceInfoFile, and the record keeps it, so that DEL
+// removes the file without asking anyone.
+func (p *Plugin) assignDevices(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment) error {
+	k := &kubelet{p: p, c: c}
+	if err := assignPluginDevices(ctx, k, atts); err != nil {
+		return err
+	}
+	if err := p.assignClaims(ctx, c, pc, k, atts); err != nil {
+		return err
 	}
 	for i := range atts {
-		a := &atts[i]
-		if a.Resource != "" && a.DeviceID == "" {
-			a.DeviceID, pools[a.Resource] = pools[a.Resource][0], pools[a.Resource][1:]
-		}
-		if err := p.handDevice(c, a); err != nil {
+		if err := handDevice(c, &atts[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// drawsPluginDevice reports whether att draws from a device-plugin resource.
+func drawsPluginDevice(att *netconf.Attachment) bool {
+	return att.Resource != "" && netconf.IsDevicePluginResource(att.Resource)
+}
+
+// assignPluginDevices gives each network that draws from a device-plugin
+// resource one of the devices the kubelet allocated to the pod for that
+// resource, in attachment order: the default and cluster networks first,
+// then the annotation's order. An explicit deviceID in the network's
+// selection wins and is taken out of the pool; it must be one of the pod's
+// own devices of that resource, or a pod's author could move another pod's
+// device into theirs.
+func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachment) error {
+	var wanted []string // the resources that some network draws from
+	for i := range atts {
+		if drawsPluginDevice(&atts[i]) && !slices.Contains(wanted, atts[i].Resource) {
+			wanted = append(wanted, atts[i].Resource)
+		}
+	}
+	if len(wanted) == 0 {
+		return nil
+	}
+	answer, err := k.ask(ctx)
+	if err != nil {
+		return err
+	}
+	pools := map[string][]string{}
+	for res, ids := range answer.Devices {
+		pools[res] = slices.Clone(ids)
+	}
+	for i := range atts { // an explicit device is nobody else's
+		a := &atts[i]
+		if !drawsPluginDevice(a) || a.DeviceID == "" {
+			continue
+		}
+		if !slices.Contains(pools[a.Resource], a.DeviceID) {
+			return netconf.Invalid("network %s: deviceID %q is not one of the pod's devices of resource %q (%s)", a.DisplayName(), a.DeviceID, a.Resource, strings.Join(pools[a.Resource], ", "))
+		}
+		pools[a.Resource] = slices.DeleteFunc(pools[a.Resource], func(id string) bool { return id == a.DeviceID })
+	}
+	for _, res := range wanted {
+		n := 0
+		for i := range atts {
+			if atts[i].Resource == res && atts[i].DeviceID == "" {
+				n++
+			}
+		}
+		if have := len(pools[res]); have < n {
+			return netconf.Invalid("resource %q: %d network(s) of the pod draw a device from it (%s), and the kubelet allocated the pod %d more of it; request as many devices of %s in the pod's resources as networks name it",
+				res, n, drawingNetworks(atts, res), have, res)
+		}
+	}
+	for i := range atts {
+		a := &atts[i]
+		if drawsPluginDevice(a) && a.DeviceID == "" {
+			a.DeviceID, pools[a.Resource] = pools[a.Resource][0], pools[a.Resource][1:]
+		}
+	}
+	return nil
+}
+
 // handDevice puts att's device, and the path of its Device Info file, where
-// its plugins look for them.
-func (p *Plugin) handDevice(c *call, att *netconf.Attachment) error {
-	if att.Resource != "" && att.DeviceID != "" {
+// its plugins look for them. A device-plugin device is every plugin's
+// "deviceID" and "pciBusID" (sriov-cni reads the one, host-device the
+// other); a DRA device's keys were set by assignClaims. Both are
+// runtimeConfig.deviceID where a plugin declares the capability.
+func handDevice(c *call, att *netconf.Attachment) error {
+	if drawsPluginDevice(att) && att.DeviceID != "" {
 		b, err := netconf.SetPluginKeys(att.Config, map[string]any{"deviceID": att.DeviceID, "pciBusID": att.DeviceID})
 		if err != nil {
 			return netconf.Invalid("network %s: give it device %s: %v", att.DisplayName(), att.DeviceID, err)
 		}
 		att.Config = b
+	}
+	if att.DeviceID != "" && (drawsPluginDevice(att) || att.Claim != nil) {
 		att.RuntimeConfig = withKey(att.RuntimeConfig, netconf.CapDeviceID, att.DeviceID)
 	}
-	if att.Resource == "" && !att.Capabilities[capDeviceInfoFile] {
+	if att.Resource == "" && att.Claim == nil && !att.Capabilities[capDeviceInfoFile] {
 		return nil
 	}
 	path, err := devinfo.Dir{Base: c.conf.DeviceInfoDir}.AttachmentPath(deviceInfoAttachment(c, att))
@@ -124,25 +176,25 @@ func (p *Plugin) handDevice(c *call, att *netconf.Attachment) error {
 // PodResources API, or, where that socket is absent, its device checkpoint.
 // A kubelet that cannot answer in time fails the ADD with code 11, so the
 // runtime tries again.
-func (p *Plugin) podDevices(ctx context.Context, c *call) (map[string][]string, error) {
+func (p *Plugin) podDevices(ctx context.Context, c *call) (*KubeletAnswer, error) {
 	ask := p.devices
 	if ask == nil {
 		ask = execPodDevices
 	}
-	devs, src, err := ask(ctx, c.conf, c.pod)
+	a, err := ask(ctx, c.conf, c.pod)
 	if err != nil {
 		return nil, netconf.TryAgainLater("ask the kubelet for the pod's devices: %v", err)
 	}
-	c.log.Info("devices from the kubelet", "source", src, "resources", len(devs))
-	return devs, nil
+	c.log.Info("devices from the kubelet", "source", a.Source, "resources", len(a.Devices), "claims", len(a.Claims))
+	return &a, nil
 }
 
 // execPodDevices runs `manifold-daemon pod-devices` from manifold's own
 // directory (where manifold-install puts both) and reads its answer.
-func execPodDevices(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (map[string][]string, string, error) {
+func execPodDevices(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (KubeletAnswer, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, "", fmt.Errorf("find manifold-daemon: %w", err)
+		return KubeletAnswer{}, fmt.Errorf("find manifold-daemon: %w", err)
 	}
 	bin := filepath.Join(filepath.Dir(self), "manifold-daemon")
 	cmd := exec.CommandContext(ctx, bin, "pod-devices", "--socket", conf.PodResourcesSocket, "--checkpoint", conf.DeviceCheckpoint,
@@ -151,41 +203,60 @@ func execPodDevices(ctx context.Context, conf *netconf.Config, pod netconf.PodRe
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, "", fmt.Errorf("run %s pod-devices: %v: %s", bin, err, strings.TrimSpace(stderr.String()))
+		return KubeletAnswer{}, fmt.Errorf("run %s pod-devices: %v: %s", bin, err, strings.TrimSpace(stderr.String()))
 	}
-	// podresources.Answer, which this package does not import: it links gRPC.
-	var a struct {
-		Devices map[string][]string `json:"devices"`
-		Source  string              `json:"source"`
-		Error   string              `json:"error"`
-	}
+	var a KubeletAnswer
 	if err := json.Unmarshal(out, &a); err != nil {
-		return nil, "", fmt.Errorf("read the answer of %s pod-devices: %w", bin, err)
+		return KubeletAnswer{}, fmt.Errorf("read the answer of %s pod-devices: %w", bin, err)
 	}
 	if a.Error != "" {
-		return nil, a.Source, errors.New(a.Error)
+		return KubeletAnswer{Source: a.Source}, errors.New(a.Error)
 	}
-	return a.Devices, a.Source, nil
+	return a, nil
 }
 
-// copyDeviceInfo is the runner's Prepare: before att's delegate runs, and
-// after the record that names its Device Info file is durable, the device
-// plugin's file for att's device becomes att's own (the spec's "before ADD").
-// A device plugin that writes no file is not an error; a file that cannot be
-// copied is logged and the attachment goes on: the device works without it,
-// and the delegate may write the file itself.
-func copyDeviceInfo(c *call) func(att *netconf.Attachment) {
+// prepareDeviceInfo is the runner's Prepare: before att's delegate runs, and
+// after the record that names its Device Info file is durable, att's file
+// is made (the spec's "before ADD"): a copy of the device plugin's file for
+// its device, or, for a DRA device with a standard PCI address, a document
+// of that address. A device plugin that writes no file is not an error; a
+// file that cannot be made is logged and the attachment goes on: the device
+// works without it, and the delegate may write the file itself.
+func prepareDeviceInfo(c *call) func(att *netconf.Attachment) {
 	return func(att *netconf.Attachment) {
-		if att.Resource == "" || att.DeviceID == "" {
+		dir := devinfo.Dir{Base: c.conf.DeviceInfoDir}
+		var out devinfo.Outcome
+		var err error
+		switch {
+		case drawsPluginDevice(att) && att.DeviceID != "":
+			out, err = dir.Copy(att.Resource, att.DeviceID, deviceInfoAttachment(c, att))
+		case att.Claim != nil && att.Claim.PCIBusID != "":
+			var doc []byte
+			if doc, err = devinfo.PCIDocument(att.Claim.PCIBusID); err == nil {
+				out, err = dir.Write(doc, deviceInfoAttachment(c, att))
+			}
+		default:
 			return
 		}
-		out, err := devinfo.Dir{Base: c.conf.DeviceInfoDir}.Copy(att.Resource, att.DeviceID, deviceInfoAttachment(c, att))
 		if err != nil {
-			c.log.Warn("device info not copied", "network", att.DisplayName(), "resource", att.Resource, "device", att.DeviceID, "error", err)
+			c.log.Warn("device info not written", "network", att.DisplayName(), "resource", deviceSource(att), "device", att.DeviceID, "error", err)
 			return
 		}
 		c.log.Debug("device info", "network", att.DisplayName(), "device", att.DeviceID, "outcome", out.String())
 	}
+}
+
+// deviceSource names what att draws its device from, for messages.
+func deviceSource(att *netconf.Attachment) string {
+	switch {
+	case drawsPluginDevice(att):
+		return fmt.Sprintf("resource %q", att.Resource)
+	case att.ResourceClaim != "":
+		return fmt.Sprintf("claim %q", att.ResourceClaim)
+	case att.Resource != "":
+		return fmt.Sprintf("claim %q", att.Resource)
+	}
+	return "none"
 }
 
 // deviceInfo is att's Device Info document for network-status, or nil. A file

@@ -40,6 +40,14 @@ func netWith(t *testing.T, name, resource, ifname string) netconf.Attachment {
 	return a
 }
 
+// inProcessKubelet asks the kubelet as the daemon does, in-process.
+func inProcessKubelet(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (KubeletAnswer, error) {
+	c := &podresources.Client{Socket: conf.PodResourcesSocket, Checkpoint: conf.DeviceCheckpoint}
+	defer c.Close()
+	res, src, err := c.Resources(ctx, podresources.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
+	return KubeletAnswer{Devices: res.Devices, Claims: res.Claims, Source: string(src)}, err
+}
+
 func pluginKeys(t *testing.T, att netconf.Attachment, key string) []string {
 	t.Helper()
 	var list struct {
@@ -71,19 +79,14 @@ func TestAssignDevices(t *testing.T) {
 	kubelet := podresourcestest.Start(t, pod)
 	// In-process, as the daemon asks; the thin plugin's exec of
 	// manifold-daemon is e2e TestDevices' "thin" half.
-	p := &Plugin{devices: func(ctx context.Context, conf *netconf.Config, pod netconf.PodRef) (map[string][]string, string, error) {
-		c := &podresources.Client{Socket: conf.PodResourcesSocket, Checkpoint: conf.DeviceCheckpoint}
-		defer c.Close()
-		devs, src, err := c.Devices(ctx, podresources.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
-		return devs, string(src), err
-	}}
+	p := &Plugin{devices: inProcessKubelet}
 
 	t.Run("two networks on one resource, one on another", func(t *testing.T) {
 		c := deviceCall(t, kubelet.Socket, "")
 		atts := []netconf.Attachment{netWith(t, "plain", "", "eth0"), netWith(t, "a", "intel.com/vf", "net1"),
 			netWith(t, "m", "nvidia.com/nic", "net2"), netWith(t, "b", "intel.com/vf", "net3")}
 		before := kubelet.Calls(podresourcestest.MethodGet) + kubelet.Calls(podresourcestest.MethodList)
-		if err := p.assignDevices(context.Background(), c, atts); err != nil {
+		if err := p.assignDevices(context.Background(), c, &podContext{}, atts); err != nil {
 			t.Fatal(err)
 		}
 		if n := kubelet.Calls(podresourcestest.MethodGet) + kubelet.Calls(podresourcestest.MethodList) - before; n != 1 {
@@ -121,7 +124,7 @@ func TestAssignDevices(t *testing.T) {
 		c := deviceCall(t, kubelet.Socket, "")
 		atts := []netconf.Attachment{netWith(t, "a", "intel.com/vf", "net1"), netWith(t, "b", "intel.com/vf", "net2")}
 		atts[1].DeviceID = "0000:03:02.1"
-		if err := p.assignDevices(context.Background(), c, atts); err != nil {
+		if err := p.assignDevices(context.Background(), c, &podContext{}, atts); err != nil {
 			t.Fatal(err)
 		}
 		if atts[0].DeviceID != "0000:03:02.2" || atts[1].DeviceID != "0000:03:02.1" {
@@ -133,7 +136,7 @@ func TestAssignDevices(t *testing.T) {
 		c := deviceCall(t, kubelet.Socket, "")
 		atts := []netconf.Attachment{netWith(t, "a", "intel.com/vf", "net1")}
 		atts[0].DeviceID = "0000:03:02.7" // allocated to some other pod
-		err := p.assignDevices(context.Background(), c, atts)
+		err := p.assignDevices(context.Background(), c, &podContext{}, atts)
 		if netconf.Code(err) != 7 || !strings.Contains(err.Error(), "0000:03:02.7") || !strings.Contains(err.Error(), "not one of the pod's devices") {
 			t.Fatalf("error %v, want code 7 naming the device that is not the pod's", err)
 		}
@@ -142,7 +145,7 @@ func TestAssignDevices(t *testing.T) {
 	t.Run("more networks than devices", func(t *testing.T) {
 		c := deviceCall(t, kubelet.Socket, "")
 		atts := []netconf.Attachment{netWith(t, "a", "nvidia.com/nic", "net1"), netWith(t, "b", "nvidia.com/nic", "net2")}
-		err := p.assignDevices(context.Background(), c, atts)
+		err := p.assignDevices(context.Background(), c, &podContext{}, atts)
 		if netconf.Code(err) != 7 {
 			t.Fatalf("error %v, want code 7", err)
 		}
@@ -156,7 +159,7 @@ func TestAssignDevices(t *testing.T) {
 	t.Run("no device drawn, no call", func(t *testing.T) {
 		c := deviceCall(t, "/nonexistent/kubelet.sock", "/nonexistent/checkpoint")
 		atts := []netconf.Attachment{netWith(t, "a", "", "eth0")}
-		if err := p.assignDevices(context.Background(), c, atts); err != nil {
+		if err := p.assignDevices(context.Background(), c, &podContext{}, atts); err != nil {
 			t.Fatalf("a pod that draws no device: %v", err)
 		}
 		if atts[0].DeviceInfoFile == "" {
@@ -168,7 +171,7 @@ func TestAssignDevices(t *testing.T) {
 		kubelet.ExhaustFirst(3)
 		c := deviceCall(t, kubelet.Socket, "")
 		atts := []netconf.Attachment{netWith(t, "a", "nvidia.com/nic", "net1")}
-		if err := p.assignDevices(context.Background(), c, atts); err != nil || atts[0].DeviceID != "mlx-9" {
+		if err := p.assignDevices(context.Background(), c, &podContext{}, atts); err != nil || atts[0].DeviceID != "mlx-9" {
 			t.Fatalf("after 3 refusals: %v, device %q", err, atts[0].DeviceID)
 		}
 	})
@@ -178,7 +181,7 @@ func TestAssignDevices(t *testing.T) {
 		podresourcestest.WriteCheckpoint(t, cp, podresourcestest.CheckpointNUMA, pod)
 		c := deviceCall(t, filepath.Join(t.TempDir(), "absent.sock"), cp)
 		atts := []netconf.Attachment{netWith(t, "a", "intel.com/vf", "net1")}
-		if err := p.assignDevices(context.Background(), c, atts); err != nil || atts[0].DeviceID != "0000:03:02.1" {
+		if err := p.assignDevices(context.Background(), c, &podContext{}, atts); err != nil || atts[0].DeviceID != "0000:03:02.1" {
 			t.Fatalf("from the checkpoint: %v, device %q", err, atts[0].DeviceID)
 		}
 	})

@@ -162,6 +162,7 @@ func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugC
 		LockTimeout:        conf.LockTimeout,
 		UndoTimeout:        conf.CallTimeout,
 		RetryDeleteOnError: conf.RetryDeleteOnError,
+		Released:           p.releaseClaims(conf, log),
 	}
 	if !k8sclient.Configured(conf.Kubeconfig) {
 		return nil, fmt.Errorf("container %s: no kubeconfig, so no NADs to read", rec.ContainerID)
@@ -241,10 +242,10 @@ func (h *hotplugCall) plan(ctx context.Context, p *Plugin, rec *scratch.Record, 
 		if len(att.DefaultRoute) > 0 {
 			return nil, h.refuse(ctx, name, netconf.Invalid("\"default-route\" cannot be hot-plugged: it would move the default route of a running pod"))
 		}
-		if att.Resource != "" {
+		if att.Resource != "" || att.ResourceClaim != "" {
 			// A device is allocated to a pod before its sandbox exists; the
 			// devices a running pod has are all drawn by its networks already.
-			return nil, h.refuse(ctx, name, netconf.Invalid("its NAD draws a device from resource %q, and networks with devices cannot be hot-plugged (docs/devices.md)", att.Resource))
+			return nil, h.refuse(ctx, name, netconf.Invalid("its NAD draws a device (%s), and networks with devices cannot be hot-plugged (docs/devices.md)", deviceSource(&att)))
 		}
 		if att.IfName == "" {
 			for i := 1; ; i++ {

@@ -88,23 +88,60 @@ func (c *nadCache) fetch(ctx context.Context, keys []nadKey) {
 	}
 }
 
-// nadDef is what manifold uses of a NAD: its spec.config, and the
-// device-plugin resource its networks draw a device from (the annotation
-// k8s.v1.cni.cncf.io/resourceName; "" for none).
+// nadDef is what manifold uses of a NAD: its spec.config, and what its
+// networks draw a device from: the device-plugin resource or DRA claim of
+// k8s.v1.cni.cncf.io/resourceName, the DRA claim of
+// netconf.AnnotResourceClaim, and the plugin keys of netconf.AnnotDeviceKeys
+// ("" for none). docs/devices.md.
 type nadDef struct {
-	config   string
-	resource string
+	config     string
+	resource   string
+	claim      string
+	deviceKeys string
 }
 
-// annotResourceName names a NAD's device-plugin resource (docs/devices.md).
+// annotResourceName names a NAD's device-plugin resource, or in Multus's
+// form a DRA claim of the pod (docs/devices.md).
 const annotResourceName = "k8s.v1.cni.cncf.io/resourceName"
 
 func defOf(nad *k8sclient.NetworkAttachmentDefinition) nadDef {
-	return nadDef{config: nad.Spec.Config, resource: strings.TrimSpace(nad.Metadata.Annotations[annotResourceName])}
+	a := nad.Metadata.Annotations
+	return nadDef{
+		config:     nad.Spec.Config,
+		resource:   strings.TrimSpace(a[annotResourceName]),
+		claim:      strings.TrimSpace(a[netconf.AnnotResourceClaim]),
+		deviceKeys: strings.TrimSpace(a[netconf.AnnotDeviceKeys]),
+	}
 }
 
+// drawsDevice reports whether the NAD's networks draw a device, from a
+// device plugin or from DRA.
+func (d nadDef) drawsDevice() bool { return d.resource != "" || d.claim != "" }
+
 // size is what the daemon's memory counts of a definition.
-func (d nadDef) size() int { return len(d.config) + len(d.resource) }
+func (d nadDef) size() int { return len(d.config) + len(d.resource) + len(d.claim) + len(d.deviceKeys) }
+
+// drawFrom sets on att what its NAD draws a device from. A DRA claim named
+// twice, or device keys that do not parse, fail the network with code 7.
+func (d nadDef) drawFrom(att *netconf.Attachment) error {
+	att.Resource, att.ResourceClaim = d.resource, d.claim
+	if d.claim != "" && d.resource != "" {
+		return netconf.Invalid("network %s: its NAD has both %s %q and %s %q; name the device's source once", att.DisplayName(), annotResourceName, d.resource, netconf.AnnotResourceClaim, d.claim)
+	}
+	if d.claim != "" {
+		if _, err := netconf.ParseClaimRef(d.claim); err != nil {
+			return netconf.Invalid("network %s: %v", att.DisplayName(), err)
+		}
+	}
+	if d.deviceKeys != "" {
+		keys, err := netconf.ParseDeviceKeys(d.deviceKeys)
+		if err != nil {
+			return netconf.Invalid("network %s: %v", att.DisplayName(), err)
+		}
+		att.DeviceKeys = keys
+	}
+	return nil
+}
 
 // NAD implements nadSource: it waits for the NAD's read.
 func (c *nadCache) NAD(ctx context.Context, namespace, name string) (nadDef, bool, error) {
@@ -285,9 +322,9 @@ func (pc *podContext) confirm(c *call) func(context.Context, int, *netconf.Attac
 				return nil, err
 			}
 			att.IfName = recorded.IfName
-			if att.Resource != "" {
+			if def.drawsDevice() {
 				// Devices were handed out before the first delegate ran.
-				return nil, netconf.TryAgainLater("network %s: its NAD changed while the pod was being attached, and now draws a device from resource %q; the next ADD reads it afresh", att.DisplayName(), att.Resource)
+				return nil, netconf.TryAgainLater("network %s: its NAD changed while the pod was being attached, and now draws a device (%s); the next ADD reads it afresh", att.DisplayName(), deviceSource(&att))
 			}
 			c.log.Info("NAD changed since the daemon last read it; network recorded again before its delegate runs", "network", att.DisplayName(), delegate.AttachmentIfnameKey, att.IfName)
 			return &att, nil

@@ -40,7 +40,9 @@ func resolveRef(ctx context.Context, conf *netconf.Config, nads nadSource, key, 
 			if err != nil {
 				return netconf.Attachment{}, err
 			}
-			att.Resource = def.resource
+			if err := def.drawFrom(&att); err != nil {
+				return netconf.Attachment{}, err
+			}
 			return att, nil
 		}
 	}

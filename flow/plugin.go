@@ -190,6 +190,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	if c.exec != nil && conf.PrestartDelegates() {
 		c.runner.Prestart = c.exec
 	}
+	c.runner.Released = p.releaseClaims(conf, c.log)
 	return c, envErr
 }
 

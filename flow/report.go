@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,8 +22,19 @@ import (
 // The patch and the events go out together, over the one connection the call
 // already has: the runtime waits for all of them, and one round trip costs less
 // than 1+n in a row (docs/performance.md).
+//
+// The status.devices of the pod's DRA claims are written at the same time
+// (writeClaimStatus), for pods in system namespaces too.
 func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result) {
-	if pc.pod == nil || c.conf.IsSystemNamespace(pc.pod.Namespace) {
+	if pc.pod == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if slices.ContainsFunc(atts, func(a netconf.Attachment) bool { return a.Claim != nil }) {
+		wg.Go(func() { p.writeClaimStatus(ctx, c, pc, atts, results) })
+	}
+	if c.conf.IsSystemNamespace(pc.pod.Namespace) {
 		return
 	}
 	statuses := make([]netconf.NetworkStatus, 0, len(atts))
@@ -35,7 +47,6 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 		st.DeviceInfo = deviceInfo(c, &atts[i])
 		statuses = append(statuses, st)
 	}
-	var wg sync.WaitGroup
 	if b, err := netconf.MarshalNetworkStatus(statuses); err != nil {
 		c.log.Warn("encode network status", "error", err)
 	} else {
@@ -55,7 +66,6 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 			}
 		})
 	}
-	wg.Wait()
 }
 
 // warnEvent tells the pod's owner why its ADD failed.
