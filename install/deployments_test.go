@@ -108,6 +108,8 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		"/pods/status:patch", "/pods:get", "/pods:list", "/pods:watch",
 		"events.k8s.io/events:create", "events.k8s.io/events:patch",
 		"k8s.cni.cncf.io/network-attachment-definitions:get",
+		"resource.k8s.io/resourceclaims:get", "resource.k8s.io/resourceslices:list",
+		"resource.k8s.io/resourceclaims/status:patch", "resource.k8s.io/resourceclaims/driver:associated-node:patch",
 	}
 	slices.Sort(want)
 	if !reflect.DeepEqual(got, want) {
