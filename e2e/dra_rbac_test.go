@@ -48,7 +48,9 @@ func TestClaimStatusPermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.CoreV1().Pods(saNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Pods(saNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
 	bound := mintToken(t, cp, pod, 600)
 	user := whoAmI(t, cp, bound)
 	if nodes := user.Extra["authentication.kubernetes.io/node-name"]; !slices.Equal(nodes, []string{"node-a"}) {

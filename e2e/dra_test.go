@@ -32,8 +32,8 @@ import (
 )
 
 const (
-	draDriver = "nic.e2e.manifold.test"
-	draNode   = "e2e-node" // env.pod's node
+	draDriver   = "nic.e2e.manifold.test"
+	draNodeName = "e2e-node" // env.pod's node
 )
 
 // draNAD creates NAD name: a macvlan on the env's parent, then a recorder
@@ -57,13 +57,13 @@ func (e *deviceEnv) draNAD(name string, s subnet, annotations map[string]string)
 	}
 }
 
-// draSlice publishes node draNode's pool of draDriver: nic-<i> for each
+// draSlice publishes node draNodeName's pool of draDriver: nic-<i> for each
 // given PCI address ("" for a device with no attributes).
 func (e *deviceEnv) draSlice(pci map[string]string) {
 	e.t.Helper()
-	node := draNode
+	node := draNodeName
 	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-nics-"}, Spec: resourcev1.ResourceSliceSpec{
-		Driver: draDriver, NodeName: &node, Pool: resourcev1.ResourcePool{Name: draNode, Generation: 1, ResourceSliceCount: 1},
+		Driver: draDriver, NodeName: &node, Pool: resourcev1.ResourcePool{Name: draNodeName, Generation: 1, ResourceSliceCount: 1},
 	}}
 	for _, dev := range sorted(keys(pci)) {
 		d := resourcev1.Device{Name: dev, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}}
@@ -80,7 +80,7 @@ func (e *deviceEnv) draSlice(pci map[string]string) {
 }
 
 // draClaim creates ResourceClaim name with one request per "request:device"
-// and allocates it on draNode, each request its device, as the scheduler
+// and allocates it on draNodeName, each request its device, as the scheduler
 // would; reserve reserves it for a pod.
 func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.ResourceClaim {
 	e.t.Helper()
@@ -92,7 +92,7 @@ func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.Resourc
 			rc.Spec.Devices.Requests = append(rc.Spec.Devices.Requests, resourcev1.DeviceRequest{Name: req,
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draDriver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}})
 		}
-		alloc = append(alloc, resourcev1.DeviceRequestAllocationResult{Request: req, Driver: draDriver, Pool: draNode, Device: dev})
+		alloc = append(alloc, resourcev1.DeviceRequestAllocationResult{Request: req, Driver: draDriver, Pool: draNodeName, Device: dev})
 	}
 	created, err := e.k8s.ResourceV1().ResourceClaims(e.ns).Create(e.ctx(), rc, metav1.CreateOptions{})
 	if err != nil {
@@ -100,7 +100,7 @@ func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.Resourc
 	}
 	created.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: alloc},
 		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
-			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{draNode}}}}}}}
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{draNodeName}}}}}}}
 	if created, err = e.k8s.ResourceV1().ResourceClaims(e.ns).UpdateStatus(e.ctx(), created, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatalf("allocate ResourceClaim %s: %v", name, err)
 	}
@@ -116,7 +116,7 @@ func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]stri
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("pod-"), Namespace: e.ns, Annotations: annotations},
 		Spec: corev1.PodSpec{
-			NodeName:   draNode,
+			NodeName:   draNodeName,
 			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
@@ -162,7 +162,7 @@ func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]stri
 func (e *deviceEnv) driverStatus(claim string, devices ...map[string]any) {
 	e.t.Helper()
 	for _, d := range devices {
-		d["driver"], d["pool"] = draDriver, draNode
+		d["driver"], d["pool"] = draDriver, draNodeName
 	}
 	body, err := json.Marshal(map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
 		"metadata": map[string]any{"name": claim, "namespace": e.ns}, "status": map[string]any{"devices": devices}})
@@ -235,7 +235,7 @@ func TestDRA(t *testing.T) {
 			e.driverStatus(nics, map[string]any{"device": "nic-0", "networkData": map[string]any{"interfaceName": "set-by-driver"}},
 				map[string]any{"device": "nic-1", "data": map[string]any{"firmware": "1.2"}})
 			kubelet := podresourcestest.Start(t, podresourcestest.Pod{Namespace: e.ns, Name: pod.Name, Containers: []podresourcestest.Container{{Name: "c",
-				Claims: []podresourcestest.Claim{{Namespace: e.ns, Name: own, Devices: []podresourcestest.ClaimDevice{{Driver: draDriver, Pool: draNode, Device: "nic-9", CDI: []string{"e2e.manifold.test/nic=vf9"}}}}}}}})
+				Claims: []podresourcestest.Claim{{Namespace: e.ns, Name: own, Devices: []podresourcestest.ClaimDevice{{Driver: draDriver, Pool: draNodeName, Device: "nic-9", CDI: []string{"e2e.manifold.test/nic=vf9"}}}}}}}})
 			conf, rt := m.setup(t, e, kubelet.Socket)
 			sbx := e.sandboxFor(pod)
 			if _, err := rt.Add(e.ctx(), conf, sbx.Pod); err != nil {

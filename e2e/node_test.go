@@ -33,7 +33,8 @@ func TestNodeDaemon(t *testing.T) { nodeCases(t, true) }
 // kubeNode is a criEnv with a kubelet.
 type kubeNode struct {
 	*criEnv
-	name string
+	name    string
+	kubelet *crinode.Kubelet
 }
 
 func newKubeNode(t *testing.T, daemon bool) *kubeNode {
@@ -62,12 +63,13 @@ func newKubeNode(t *testing.T, daemon bool) *kubeNode {
 		k.Stop()
 		n.k8s.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
 	})
+	n.kubelet = k
 	n.waitReady(true)
 	return n
 }
 
 func (n *kubeNode) sub(t *testing.T) *kubeNode {
-	return &kubeNode{criEnv: n.criEnv.sub(t), name: n.name}
+	return &kubeNode{criEnv: n.criEnv.sub(t), name: n.name, kubelet: n.kubelet}
 }
 
 func nodeCases(t *testing.T, daemon bool) {

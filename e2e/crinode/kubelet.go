@@ -121,7 +121,7 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 		return err
 	}
 	k.cmd = exec.Command(bins.Kubelet, "--config", config, "--kubeconfig", kubeconfig,
-		"--root-dir", filepath.Join(k.Dir, "root"), "--cert-dir", filepath.Join(k.Dir, "pki"),
+		"--root-dir", k.RootDir(), "--cert-dir", filepath.Join(k.Dir, "pki"),
 		"--hostname-override", k.NodeName, "--node-ip", "127.0.0.1", "-v", "2")
 	if log == nil {
 		f, err := os.Create(k.logFile)
@@ -171,6 +171,11 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 		}
 	}
 }
+
+// RootDir is the kubelet's --root-dir: its PodResources socket is
+// pod-resources/kubelet.sock there, and plugins (a DRA driver) register in
+// its plugins_registry.
+func (k *Kubelet) RootDir() string { return filepath.Join(k.Dir, "root") }
 
 // Kill ends the kubelet with SIGKILL, as a crash or a reboot would, and
 // leaves its dir for Restart.

@@ -1,0 +1,389 @@
+package e2e
+
+// DRA on the real node (issue 28): a DRA driver of the tests (dradriver, on
+// k8s.io/dynamic-resource-allocation/kubeletplugin) registers with the real
+// kubelet and publishes stand-in NICs (veth ends on the host); the kubelet
+// prepares the claims it allocated; manifold hands each network its NIC and
+// the reference host-device plugin moves that very interface into the pod.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/manifold-cni/manifold/e2e/controlplane"
+	"github.com/manifold-cni/manifold/e2e/crinode"
+	"github.com/manifold-cni/manifold/e2e/dradriver"
+	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/k8sclient/nadv1"
+	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/podresources"
+)
+
+func TestNodeDRAThin(t *testing.T)   { nodeDRACases(t, false) }
+func TestNodeDRADaemon(t *testing.T) { nodeDRACases(t, true) }
+
+// draNode is a kubeNode with the test DRA driver and its DeviceClass.
+type draNode struct {
+	*kubeNode
+	driver *dradriver.Driver
+	class  string
+	// macs are the NICs' MACs on the host, by interface, before any pod.
+	macs map[string]string
+}
+
+func nodeDRACases(t *testing.T, daemon bool) {
+	n := newKubeNode(t, daemon)
+	name := "nic.dra.manifold.test"
+	ctx, cancel := context.WithTimeout(context.Background(), nodeWait)
+	defer cancel()
+	dataDir, err := os.MkdirTemp("", "dra") // short: it holds a unix socket
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dataDir) })
+	d, err := dradriver.Start(context.Background(), dradriver.Options{Driver: name, NodeName: n.name, Client: n.k8s,
+		KubeletRootDir: n.kubelet.RootDir(), DataDir: dataDir, NICs: 3, Prefix: testenv.UniqueName("drn")[:9]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if errs := d.Errors(); t.Failed() && len(errs) > 0 {
+			t.Logf("DRA driver errors: %v", errs)
+		}
+		d.Stop()
+	})
+	dn := &draNode{kubeNode: n, driver: d, class: name, macs: map[string]string{}}
+	for _, nic := range d.NICs {
+		l, err := netlink.LinkByName(nic.IfName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dn.macs[nic.IfName] = l.Attrs().HardwareAddr.String()
+	}
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.DeviceClassSpec{
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", name)}}}}}
+	if _, err := n.k8s.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.k8s.ResourceV1().DeviceClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	// The pool is published once the kubelet has registered the driver.
+	for {
+		list, err := n.k8s.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + name})
+		if err == nil && len(list.Items) == 1 && len(list.Items[0].Spec.Devices) == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the driver's ResourceSlice was not published: %v, %v; driver errors: %v", list, err, d.Errors())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		name string
+		run  func(*draNode)
+	}{
+		{"one NIC", draOneNIC},
+		{"two claims, one with two requests", draTwoClaims},
+		{"too few devices", draTooFew},
+	} {
+		if !t.Run(c.name, func(t *testing.T) { c.run(&draNode{kubeNode: n.sub(t), driver: d, class: name, macs: dn.macs}) }) {
+			return
+		}
+	}
+}
+
+// hostDeviceNAD is NAD name of the reference host-device plugin, taking the
+// interface its DRA device names (the driver's ifName attribute, handed as
+// host-device's "device"), with an address in s.
+func (n *draNode) hostDeviceNAD(name string, s subnet, annotations map[string]string) {
+	n.t.Helper()
+	nad := nadv1.New(n.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"host-device",
+		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`, name, s, n.leaseDir))
+	nad.Annotations = map[string]string{netconf.AnnotDeviceKeys: `{"device":"` + dradriver.AttrIfName + `"}`}
+	for k, v := range annotations {
+		nad.Annotations[k] = v
+	}
+	obj, err := nad.ToUnstructured()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if _, err := n.cp.Dynamic().Resource(controlplane.NADResource).Namespace(n.ns).Create(n.ctx(), obj, metav1.CreateOptions{}); err != nil {
+		n.t.Fatalf("create NAD %s: %v", name, err)
+	}
+}
+
+// claimPod makes a pod on the node whose only container names every claim
+// (so that the kubelet's PodResources lists them), with a claim per entry
+// of claims: pod claim name -> the NICs (by index) of its requests, request
+// "r<j>" the j-th. Each claim is a ResourceClaim allocated and reserved for
+// the pod by the test, as the scheduler would.
+func (n *draNode) claimPod(annotations map[string]string, claims map[string][]int) (*corev1.Pod, map[string]*resourcev1.ResourceClaim) {
+	n.t.Helper()
+	p := n.userPodSpec(annotations)
+	rcs := map[string]*resourcev1.ResourceClaim{}
+	for _, podClaim := range sorted(keys(claims)) {
+		rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName(podClaim + "-"), Namespace: n.ns}}
+		var results []resourcev1.DeviceRequestAllocationResult
+		for j, nic := range claims[podClaim] {
+			req := fmt.Sprintf("r%d", j)
+			rc.Spec.Devices.Requests = append(rc.Spec.Devices.Requests, resourcev1.DeviceRequest{Name: req,
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: n.class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}})
+			results = append(results, resourcev1.DeviceRequestAllocationResult{Request: req, Driver: n.class, Pool: n.name, Device: n.driver.NICs[nic].Device})
+		}
+		created, err := n.k8s.ResourceV1().ResourceClaims(n.ns).Create(n.ctx(), rc, metav1.CreateOptions{})
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		created.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: results},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n.name}}}}}}}
+		if rcs[podClaim], err = n.k8s.ResourceV1().ResourceClaims(n.ns).UpdateStatus(n.ctx(), created, metav1.UpdateOptions{}); err != nil {
+			n.t.Fatal(err)
+		}
+		name := rcs[podClaim].Name
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: podClaim, ResourceClaimName: &name})
+		p.Spec.Containers[0].Resources.Claims = append(p.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: podClaim})
+	}
+	p, err := n.k8s.CoreV1().Pods(n.ns).Create(n.ctx(), p, metav1.CreateOptions{})
+	if err != nil {
+		n.t.Fatalf("create pod: %v", err)
+	}
+	for podClaim, rc := range rcs {
+		rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
+		if rcs[podClaim], err = n.k8s.ResourceV1().ResourceClaims(n.ns).UpdateStatus(n.ctx(), rc, metav1.UpdateOptions{}); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	return p, rcs
+}
+
+// userPodSpec is userPod's pod, not created.
+func (n *draNode) userPodSpec(annotations map[string]string) *corev1.Pod {
+	grace := int64(1)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("dra-"), Namespace: n.ns, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			NodeName: n.name, DNSPolicy: corev1.DNSDefault, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "app", Image: crinode.ImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{crinode.Pause}}},
+		},
+	}
+}
+
+// podLinks are the links in a running pod's netns: name -> MAC.
+func (n *draNode) podLinks(p *corev1.Pod) map[string]string {
+	n.t.Helper()
+	path, err := n.node.SandboxNetNS(n.ctx(), n.sandboxOf(p))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	netns, err := ns.GetNS(path)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer netns.Close()
+	out := map[string]string{}
+	for name, l := range links(n.t, netns) {
+		out[name] = l.mac
+	}
+	return out
+}
+
+// checkAttached checks that each NIC (by index) is in the pod as the
+// interface given, the very one (its MAC), gone from the host; that
+// network-status shows it with its PCI address as device-info; and that its
+// claim's status.devices shows the interface, the pod's address and the MAC.
+func (n *draNode) checkAttached(p *corev1.Pod, rcs map[string]*resourcev1.ResourceClaim, want map[string]int) {
+	t := n.t
+	t.Helper()
+	inPod := n.podLinks(p)
+	st := n.waitNetworkStatus(p, 2+len(want))
+	for ifname, i := range want {
+		nic := n.driver.NICs[i]
+		if inPod[ifname] != n.macs[nic.IfName] {
+			t.Errorf("%s in the pod has MAC %q, want NIC %s's %s (pod links %v)", ifname, inPod[ifname], nic.IfName, n.macs[nic.IfName], inPod)
+		}
+		if testenv.HostLinkExists(nic.IfName) {
+			t.Errorf("NIC %s is still on the host while the pod has it", nic.IfName)
+		}
+		s := st[ifname]
+		if want := `{"pci":{"pci-address":"` + nic.PCIBusID + `"},"type":"pci","version":"1.1.0"}`; string(s.DeviceInfo) != want {
+			t.Errorf("network-status device-info of %s = %s, want %s", ifname, s.DeviceInfo, want)
+		}
+		found := false
+		for _, rc := range rcs {
+			got := n.waitClaimEntry(rc, nic.Device)
+			if got == nil {
+				continue
+			}
+			found = true
+			nd := got.NetworkData
+			if nd == nil || nd.InterfaceName != ifname || nd.HardwareAddress != n.macs[nic.IfName] || len(s.IPs) == 0 || !slices.Contains(nd.IPs, s.IPs[0]+"/24") {
+				t.Errorf("status.devices of %s/%s: networkData %+v, want %s, MAC %s and %v/24", rc.Name, nic.Device, nd, ifname, n.macs[nic.IfName], s.IPs)
+			}
+			if len(got.Conditions) != 1 || got.Conditions[0].Type != "Ready" || got.Conditions[0].Status != metav1.ConditionTrue {
+				t.Errorf("status.devices of %s/%s: conditions %+v, want Ready", rc.Name, nic.Device, got.Conditions)
+			}
+		}
+		if !found {
+			t.Errorf("no claim's status.devices has NIC %s", nic.Device)
+		}
+	}
+}
+
+// waitNetworkStatus waits for the pod's network-status with n entries and
+// returns them by interface.
+func (n *draNode) waitNetworkStatus(p *corev1.Pod, entries int) map[string]networkStatus {
+	n.t.Helper()
+	deadline := time.Now().Add(reportWait)
+	for {
+		list, ok := n.status(p)
+		if ok && len(list) == entries {
+			out := map[string]networkStatus{}
+			for _, s := range list {
+				out[s.Interface] = s
+			}
+			return out
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("network-status of %s: %v (%v), want %d entries", p.Name, list, ok, entries)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitClaimEntry waits (the daemon writes after it answers) for rc's
+// status.devices entry of device, if rc was allocated that device; nil
+// otherwise.
+func (n *draNode) waitClaimEntry(rc *resourcev1.ResourceClaim, device string) *resourcev1.AllocatedDeviceStatus {
+	if !slices.ContainsFunc(rc.Status.Allocation.Devices.Results, func(r resourcev1.DeviceRequestAllocationResult) bool { return r.Device == device }) {
+		return nil
+	}
+	deadline := time.Now().Add(reportWait)
+	for {
+		got, err := n.k8s.ResourceV1().ResourceClaims(rc.Namespace).Get(n.ctx(), rc.Name, metav1.GetOptions{})
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		for i := range got.Status.Devices {
+			if d := &got.Status.Devices[i]; d.Device == device && d.NetworkData != nil {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			return &resourcev1.AllocatedDeviceStatus{}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkReleased checks, after the pod is gone, that each NIC is back on the
+// host (the very one) and that no claim holds an entry manifold wrote.
+func (n *draNode) checkReleased(rcs map[string]*resourcev1.ResourceClaim, nics ...int) {
+	t := n.t
+	t.Helper()
+	for _, i := range nics {
+		nic := n.driver.NICs[i]
+		deadline := time.Now().Add(reportWait)
+		for !testenv.HostLinkExists(nic.IfName) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		l, err := netlink.LinkByName(nic.IfName)
+		if err != nil || l.Attrs().HardwareAddr.String() != n.macs[nic.IfName] {
+			t.Errorf("NIC %s not back on the host as it was: %v", nic.IfName, err)
+		}
+	}
+	for _, rc := range rcs {
+		got, err := n.k8s.ResourceV1().ResourceClaims(rc.Namespace).Get(n.ctx(), rc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Status.Devices) != 0 {
+			t.Errorf("status.devices of %s after the pod went: %+v, want none (the driver writes none)", rc.Name, got.Status.Devices)
+		}
+	}
+}
+
+// A pod with a claim of one NIC and a NAD of host-device naming the claim
+// as Multus does (resourceName) gets that very interface as net1.
+func draOneNIC(n *draNode) {
+	t := n.t
+	n.hostDeviceNAD("dra-nic", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "nic"})
+	p, rcs := n.claimPod(map[string]string{annotNetworks: "dra-nic"}, map[string][]int{"nic": {0}})
+	p = n.waitRunning(p)
+	n.checkAttached(p, rcs, map[string]int{"net2": 0})
+
+	// The real kubelet reports the claim through PodResources, as
+	// manifold reads it when no attribute names a device.
+	c := &podresources.Client{Socket: filepath.Join(n.kubelet.RootDir(), "pod-resources", "kubelet.sock")}
+	defer c.Close()
+	res, _, err := c.Resources(n.ctx(), podresources.Pod{Namespace: p.Namespace, Name: p.Name})
+	if err != nil || len(res.Claims) != 1 || res.Claims[0].Name != rcs["nic"].Name || len(res.Claims[0].Devices) != 1 || res.Claims[0].Devices[0].Device != n.driver.NICs[0].Device {
+		t.Errorf("the kubelet's PodResources: %+v, %v; want claim %s with %s", res.Claims, err, rcs["nic"].Name, n.driver.NICs[0].Device)
+	}
+	if devs, _ := n.driver.Prepared(rcs["nic"].UID); !slices.Equal(devs, []string{n.driver.NICs[0].Device}) {
+		t.Errorf("the driver prepared %v for the claim", devs)
+	}
+
+	n.deleteAndWait(p)
+	n.waitEmpty()
+	n.checkReleased(rcs, 0)
+}
+
+// Two claims, one of them with two requests, each network naming its own:
+// the whole claim, and a request of the other by the precise annotation.
+func draTwoClaims(n *draNode) {
+	n.hostDeviceNAD("dra-a", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "a"})
+	n.hostDeviceNAD("dra-b0", nextSubnet(), map[string]string{netconf.AnnotResourceClaim: "b/r0"})
+	n.hostDeviceNAD("dra-b1", nextSubnet(), map[string]string{netconf.AnnotResourceClaim: "b/r1"})
+	// net4 names request r1 and net3 r0, so that the results' order is not
+	// what decides.
+	p, rcs := n.claimPod(map[string]string{annotNetworks: "dra-a, dra-b1, dra-b0"}, map[string][]int{"a": {1}, "b": {0, 2}})
+	p = n.waitRunning(p)
+	n.checkAttached(p, rcs, map[string]int{"net2": 1, "net3": 2, "net4": 0})
+	n.deleteAndWait(p)
+	n.waitEmpty()
+	n.checkReleased(rcs, 0, 1, 2)
+}
+
+// A pod with more networks on a claim than it has devices does not start:
+// manifold's code-7 message is in the FailedCreatePodSandBox event, and the
+// NIC stays on the host.
+func draTooFew(n *draNode) {
+	t := n.t
+	n.hostDeviceNAD("dra-few", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "nic"})
+	p, rcs := n.claimPod(map[string]string{annotNetworks: "dra-few, dra-few"}, map[string][]int{"nic": {1}})
+	want := "2 network(s) draw a device from it"
+	deadline := time.Now().Add(nodeWait)
+	for {
+		failed := eventsOf(n.events(p), corev1.EventTypeWarning, "FailedCreatePodSandBox")
+		if len(failed) > 0 {
+			if !strings.Contains(failed[0].Message, want) || !strings.Contains(failed[0].Message, `claim "nic"`) {
+				t.Errorf("FailedCreatePodSandBox event %q does not hold manifold's %q", failed[0].Message, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no FailedCreatePodSandBox event after %s; events: %v", nodeWait, eventMessages(n.events(p)))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !testenv.HostLinkExists(n.driver.NICs[1].IfName) {
+		t.Errorf("NIC %s left the host for a pod that did not start", n.driver.NICs[1].IfName)
+	}
+	n.deleteAndWait(p)
+	n.waitEmpty()
+	n.checkReleased(rcs, 1)
+}
