@@ -62,8 +62,8 @@ func main() {
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
-	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices section")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices,runtime); default all")
+	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices and dra sections")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices,dra,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -228,6 +228,11 @@ func run(s settings, out string) (err error) {
 	if want("devices") {
 		if res.Devices, err = b.devices(s.deviceIterations, s.warmup); err != nil {
 			return fmt.Errorf("devices: %w", err)
+		}
+	}
+	if want("dra") {
+		if res.DRA, err = b.dra(s.deviceIterations, s.warmup); err != nil {
+			return fmt.Errorf("dra: %w", err)
 		}
 	}
 

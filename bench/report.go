@@ -21,6 +21,7 @@ type results struct {
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
 	Devices     *devicesResult    `json:"devices,omitempty"`
+	DRA         *devicesResult    `json:"dra,omitempty"`
 	Runtime     *runtimeResult    `json:"runtime,omitempty"`
 }
 
@@ -204,6 +205,7 @@ func (r *results) printTable(w io.Writer) {
 	}
 	r.Hotplug.print(w)
 	r.Devices.print(w)
+	r.DRA.print(w)
 
 	if r.Runtime != nil {
 		r.Runtime.print(w)
