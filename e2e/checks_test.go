@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -164,6 +165,18 @@ func (e *env) status(p *corev1.Pod) (list []networkStatus, ok bool) {
 		e.t.Fatalf("parse network-status of pod %s/%s: %v\n%s", p.Namespace, p.Name, err, raw)
 	}
 	return list, true
+}
+
+// waitForStatus waits, within reportWait (in thick mode the daemon writes
+// the status just after it answers), for the pod's network-status, and
+// returns it; nil if none came.
+func (e *env) waitForStatus(p *corev1.Pod) []networkStatus {
+	e.t.Helper()
+	for deadline := time.Now().Add(reportWait); ; time.Sleep(20 * time.Millisecond) {
+		if st, ok := e.status(p); ok || time.Now().After(deadline) {
+			return st
+		}
+	}
 }
 
 // events lists the events on a pod (this incarnation, by UID), oldest first.

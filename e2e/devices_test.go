@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
@@ -211,13 +210,7 @@ func TestDevices(t *testing.T) {
 				t.Errorf("a network with no resource got deviceID %v", in["deviceID"])
 			}
 			// In thick mode the daemon writes the status just after it answers.
-			var st []networkStatus
-			for deadline := time.Now().Add(reportWait); ; time.Sleep(20 * time.Millisecond) {
-				var ok bool
-				if st, ok = e.status(pod); ok || time.Now().After(deadline) {
-					break
-				}
-			}
+			st := e.waitForStatus(pod)
 			infos := map[string]string{}
 			for _, s := range st {
 				infos[s.Interface] = string(s.DeviceInfo)

@@ -255,13 +255,7 @@ func TestDRA(t *testing.T) {
 					t.Errorf("%s: pciBusID %v, want %q", c.nad, in["pciBusID"], c.pci)
 				}
 			}
-			var st []networkStatus
-			for deadline := time.Now().Add(reportWait); ; time.Sleep(20 * time.Millisecond) {
-				var ok bool
-				if st, ok = e.status(pod); ok || time.Now().After(deadline) {
-					break
-				}
-			}
+			st := e.waitForStatus(pod)
 			info := map[string]string{}
 			mac := map[string]string{}
 			for _, s := range st {

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -185,14 +184,7 @@ func (n *draNode) userPodSpec(annotations map[string]string) *corev1.Pod {
 // podLinks are the links in a running pod's netns: name -> MAC.
 func (n *draNode) podLinks(p *corev1.Pod) map[string]string {
 	n.t.Helper()
-	path, err := n.node.SandboxNetNS(n.ctx(), n.sandboxOf(p))
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	netns, err := ns.GetNS(path)
-	if err != nil {
-		n.t.Fatal(err)
-	}
+	netns := n.sandboxNetNS(n.sandboxOf(p))
 	defer netns.Close()
 	out := map[string]string{}
 	for name, l := range links(n.t, netns) {

@@ -209,7 +209,15 @@ func (e *criEnv) stopRemove(sb *criSandbox) {
 // netnsLinks lists the links in the sandbox's netns.
 func (e *criEnv) netnsLinks(sb *criSandbox) []string {
 	e.t.Helper()
-	path, err := e.node.SandboxNetNS(e.ctx(), sb.id)
+	netns := e.sandboxNetNS(sb.id)
+	defer netns.Close()
+	return linkNames(e.t, netns)
+}
+
+// sandboxNetNS opens the netns of sandbox id; the caller closes it.
+func (e *criEnv) sandboxNetNS(id string) ns.NetNS {
+	e.t.Helper()
+	path, err := e.node.SandboxNetNS(e.ctx(), id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -217,8 +225,7 @@ func (e *criEnv) netnsLinks(sb *criSandbox) []string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer netns.Close()
-	return linkNames(e.t, netns)
+	return netns
 }
 
 // checkGone checks that nothing of the sandbox is left on the node: no
