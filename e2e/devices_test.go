@@ -11,12 +11,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/devinfo"
-	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 	"github.com/manifold-cni/manifold/podresources/podresourcestest"
 )
 
@@ -70,17 +67,11 @@ func (e *deviceEnv) vfNAD(name, res string, s subnet, twoRecorders bool) {
 			e.t.Fatal(err)
 		}
 	}
-	n := nadv1.New(e.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[%s]}`, name, strings.Join(plugins, ",")))
+	var annotations map[string]string
 	if res != "" {
-		n.Annotations = map[string]string{"k8s.v1.cni.cncf.io/resourceName": res}
+		annotations = map[string]string{"k8s.v1.cni.cncf.io/resourceName": res}
 	}
-	obj, err := n.ToUnstructured()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(e.ns).Create(e.ctx(), obj, metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create NAD %s: %v", name, err)
-	}
+	e.annotatedNAD(e.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[%s]}`, name, strings.Join(plugins, ",")), annotations)
 }
 
 // devicePluginFile writes the device plugin's Device Info file for id.

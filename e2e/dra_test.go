@@ -24,9 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/podresources/podresourcestest"
 )
@@ -43,18 +41,10 @@ func (e *deviceEnv) draNAD(name string, s subnet, annotations map[string]string)
 	if err := os.MkdirAll(filepath.Join(e.recordDir, name), 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	n := nadv1.New(e.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[
+	e.annotatedNAD(e.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[
 		{"type":"macvlan","master":%q,"mode":"bridge","ipam":{"type":"host-local","subnet":%q,"dataDir":%q}},
 		{"type":"recorder","recordDir":%q,"capabilities":{"deviceID":true,"CNIDeviceInfoFile":true}}]}`,
-		name, e.parent, s, e.leaseDir, filepath.Join(e.recordDir, name)))
-	n.Annotations = annotations
-	obj, err := n.ToUnstructured()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.cp.Dynamic().Resource(controlplane.NADResource).Namespace(e.ns).Create(e.ctx(), obj, metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create NAD %s: %v", name, err)
-	}
+		name, e.parent, s, e.leaseDir, filepath.Join(e.recordDir, name)), annotations)
 }
 
 // draSlice publishes node draNodeName's pool of draDriver: nic-<i> for each

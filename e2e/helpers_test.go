@@ -225,7 +225,16 @@ func (e *env) namespace(prefix string) string {
 // nad creates a NetworkAttachmentDefinition through the dynamic client.
 func (e *env) nad(namespace, name, config string) {
 	e.t.Helper()
-	obj, err := nadv1.New(namespace, name, config).ToUnstructured()
+	e.annotatedNAD(namespace, name, config, nil)
+}
+
+// annotatedNAD is nad with annotations (what its networks draw a device
+// from, say).
+func (e *env) annotatedNAD(namespace, name, config string, annotations map[string]string) {
+	e.t.Helper()
+	n := nadv1.New(namespace, name, config)
+	n.Annotations = annotations
+	obj, err := n.ToUnstructured()
 	if err != nil {
 		e.t.Fatalf("NAD %s/%s: %v", namespace, name, err)
 	}

@@ -21,11 +21,9 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/e2e/crinode"
 	"github.com/manifold-cni/manifold/e2e/dradriver"
 	"github.com/manifold-cni/manifold/internal/testenv"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/podresources"
 )
@@ -109,19 +107,12 @@ func nodeDRACases(t *testing.T, daemon bool) {
 // host-device's "device"), with an address in s.
 func (n *draNode) hostDeviceNAD(name string, s subnet, annotations map[string]string) {
 	n.t.Helper()
-	nad := nadv1.New(n.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"host-device",
-		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`, name, s, n.leaseDir))
-	nad.Annotations = map[string]string{netconf.AnnotDeviceKeys: `{"device":"` + dradriver.AttrIfName + `"}`}
+	all := map[string]string{netconf.AnnotDeviceKeys: `{"device":"` + dradriver.AttrIfName + `"}`}
 	for k, v := range annotations {
-		nad.Annotations[k] = v
+		all[k] = v
 	}
-	obj, err := nad.ToUnstructured()
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	if _, err := n.cp.Dynamic().Resource(controlplane.NADResource).Namespace(n.ns).Create(n.ctx(), obj, metav1.CreateOptions{}); err != nil {
-		n.t.Fatalf("create NAD %s: %v", name, err)
-	}
+	n.annotatedNAD(n.ns, name, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"host-device",
+		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`, name, s, n.leaseDir), all)
 }
 
 // claimPod makes a pod on the node whose only container names every claim
