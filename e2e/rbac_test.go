@@ -101,6 +101,11 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{name: "get DaemonSet manifold elsewhere", verb: "get", group: "apps", resource: "daemonsets", object: "manifold"},
 		{name: "list daemonsets", verb: "list", group: "apps", resource: "daemonsets", namespace: "kube-system"},
 		{name: "update DaemonSet manifold", verb: "update", group: "apps", resource: "daemonsets", namespace: "kube-system", object: "manifold"},
+
+		// The installer requests manifold's node-bound token for its own
+		// ServiceAccount; no other.
+		{name: "create manifold's token", verb: "create", resource: "serviceaccounts", subresource: "token", namespace: "kube-system", object: "manifold", allowed: true},
+		{name: "create another account's token", verb: "create", resource: "serviceaccounts", subresource: "token", namespace: "kube-system", object: "default"},
 		{name: "escalate clusterroles", verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", clusterScope: true},
 		{name: "bind clusterroles", verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", clusterScope: true},
 		{name: "impersonate users", verb: "impersonate", resource: "users", clusterScope: true},

@@ -128,8 +128,10 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 	}
 	ir := objs["Role"][0].(*rbacv1.Role)
 	irb := objs["RoleBinding"][0].(*rbacv1.RoleBinding)
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"},
-		ResourceNames: []string{"manifold", "manifold-thick"}, Verbs: []string{"get"}}}
+	wantRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"manifold", "manifold-thick"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{sa.Name}, Verbs: []string{"create"}},
+	}
 	if ir.Namespace != sa.Namespace || !reflect.DeepEqual(ir.Rules, wantRules) {
 		t.Errorf("Role %s/%s grants %+v, want only %+v in %s", ir.Namespace, ir.Name, ir.Rules, wantRules, sa.Namespace)
 	}
@@ -147,8 +149,8 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 				}
 			}
 		}
-		if got[envPodName] != "metadata.name" || got[envPodNamespace] != "metadata.namespace" {
-			t.Errorf("%s: the install container's downward-API variables are %v, want %s and %s", f, got, envPodName, envPodNamespace)
+		if got[envPodName] != "metadata.name" || got[envPodNamespace] != "metadata.namespace" || got[envNodeName] != "spec.nodeName" {
+			t.Errorf("%s: the install container's downward-API variables are %v, want %s, %s and %s", f, got, envPodName, envPodNamespace, envNodeName)
 		}
 	}
 	if irb.Namespace != ir.Namespace || irb.RoleRef.Kind != "Role" || irb.RoleRef.Name != ir.Name ||

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -46,25 +45,15 @@ func (o *Options) apiServer(getenv func(string) string) (string, error) {
 	return "https://" + net.JoinHostPort(host, port), nil
 }
 
-// syncCredentials copies the token and the CA to the host and writes the
+// syncCredentials puts token and the CA on the host and writes the
 // kubeconfig that points at them. Each file is rewritten only when it differs,
 // so the call is cheap enough to run on every event and poll tick; it also
 // repairs a file that someone removed. changed lists what was written.
-func (o *Options) syncCredentials(server string) (changed []string, err error) {
+func (o *Options) syncCredentials(server string, token []byte) (changed []string, err error) {
 	// Only root (the runtime, and manifold under it) needs these files.
 	dir := o.credDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	token, err := readCapped(o.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("read ServiceAccount token: %w", err)
-	}
-	// The kubelet swaps projected files atomically, so an empty token is a
-	// wrong path or mount, not a refresh in progress; copying it would break
-	// manifold's API access for good.
-	if len(strings.TrimSpace(string(token))) == 0 {
-		return nil, fmt.Errorf("ServiceAccount token %s is empty", o.TokenFile)
 	}
 	ca, err := readCapped(o.CAFile)
 	if err != nil {

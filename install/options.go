@@ -59,8 +59,10 @@ type Options struct {
 
 	// noNotify turns fsnotify off, so tests can cover the poll fallback.
 	noNotify bool
-	// newClient, when set, replaces the installer's API client (tests).
+	// newClient and now, when set, replace the installer's API client and
+	// clock (tests).
 	newClient func() (kubernetes.Interface, error)
+	now       func() time.Time
 }
 
 // Defaults for the installer's flags.

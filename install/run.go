@@ -36,6 +36,20 @@ type installer struct {
 	multus *multusConfig
 	locks  *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
 	getenv func(string) string
+	// nodeTok mints manifold's node-bound token (nodetoken.go); tokenWarned
+	// is the last reason it could not, said once in the log.
+	nodeTok     *nodeTokens
+	tokenWarned string
+}
+
+// syncCredentials puts manifold's token, the CA and the kubeconfig on the
+// host.
+func (in *installer) syncCredentials() ([]string, error) {
+	token, err := in.hostToken()
+	if err != nil {
+		return nil, err
+	}
+	return in.o.syncCredentials(in.server, token)
 }
 
 func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) string) error {
@@ -64,7 +78,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger, getenv func(string) 
 	}
 	// Credentials first and fatal: the config that names the kubeconfig must
 	// not appear before it, and a missing token mount is a deployment bug.
-	changed, err := o.syncCredentials(server)
+	changed, err := in.syncCredentials()
 	if err != nil {
 		return err
 	}
@@ -160,7 +174,7 @@ func (in *installer) installBinary(src, name string) error {
 // reconcile brings the credentials and the config in line with their sources.
 // It is idempotent and cheap, so it runs on every wake-up.
 func (in *installer) reconcile() error {
-	changed, credErr := in.o.syncCredentials(in.server)
+	changed, credErr := in.syncCredentials()
 	if len(changed) > 0 {
 		in.log.Info("refreshed manifold credentials", "dir", in.o.credDir(), "files", changed)
 	}

@@ -3,7 +3,6 @@ package install
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,11 +93,7 @@ func (in *installer) apiClient() (kubernetes.Interface, error) {
 // the installer knows its pod (the DaemonSets set POD_NAME and POD_NAMESPACE).
 // Without them, as when it is run by hand, every stop counts as one.
 func (in *installer) uninstalling() (bool, string) {
-	getenv := in.getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	name, namespace := getenv(envPodName), getenv(envPodNamespace)
+	name, namespace := in.env(envPodName), in.env(envPodNamespace)
 	if name == "" || namespace == "" {
 		return true, envPodName + " and " + envPodNamespace + " are not set, so every stop counts as an uninstall"
 	}
