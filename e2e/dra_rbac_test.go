@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -16,20 +17,22 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // TestClaimStatusPermission finds, against the real API server of 1.36,
 // what writing a DRA claim's status.devices takes, and that
-// deployments/rbac.yaml grants that and no more: with the manifold
-// ServiceAccount's token bound to a pod on node-a (as the token
-// manifold-install copies from its pod is), reading claims and listing
-// ResourceSlices works, and a server-side apply of status.devices works on
-// a claim allocated on node-a; the same apply on a claim allocated on
-// node-b is refused, and so is one with a token bound to no pod, since the
-// API server asks for resourceclaims/driver with the verb
-// "associated-node:patch" (or "arbitrary-node:patch", which is not
-// granted); changing status.allocation is refused (resourceclaims/binding).
+// deployments/rbac.yaml grants that and no more. With the manifold
+// ServiceAccount's token bound to node-a, as the installer requests it for
+// the host (and with the installer's pod-bound token on node-a, its
+// fallback), reading claims and listing ResourceSlices works, and a
+// server-side apply of status.devices works on a claim allocated on
+// node-a; the same apply on a claim allocated on node-b is refused, and so
+// is one with a token bound to nothing, since the API server asks for
+// resourceclaims/driver with the verb "associated-node:patch" (or
+// "arbitrary-node:patch", which is not granted); changing
+// status.allocation is refused (resourceclaims/binding).
 func TestClaimStatusPermission(t *testing.T) {
 	cp := controlPlane(t)
 	applyDeployments(t, cp)
@@ -38,7 +41,12 @@ func TestClaimStatusPermission(t *testing.T) {
 	defer cancel()
 	ns := (&env{t: t, k8s: admin}).namespace("e2e-dra-rbac-")
 
-	// The installer's pod on node-a, whose bound token manifold uses.
+	// Node node-a, and the installer's pod on it.
+	node, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 	grace := int64(0)
 	pod, err := admin.CoreV1().Pods(saNamespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("manifold-")},
@@ -51,14 +59,14 @@ func TestClaimStatusPermission(t *testing.T) {
 	t.Cleanup(func() {
 		_ = admin.CoreV1().Pods(saNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
 	})
-	bound := mintToken(t, cp, pod, 600)
-	user := whoAmI(t, cp, bound)
+	nodeBound := nodeToken(t, cp, node)
+	user := whoAmI(t, cp, nodeBound)
 	if nodes := user.Extra["authentication.kubernetes.io/node-name"]; !slices.Equal(nodes, []string{"node-a"}) {
-		t.Fatalf("the pod-bound token's node-name extra is %v, want [node-a]", nodes)
+		t.Fatalf("the node-bound token's node-name extra is %v, want [node-a]", nodes)
 	}
 	onA, onB := rbacClaim(t, admin, ns, "on-a", "node-a"), rbacClaim(t, admin, ns, "on-b", "node-b")
 
-	sa := tokenClient(t, cp, bound)
+	sa := tokenClient(t, cp, nodeBound)
 	if _, err := sa.ResourceV1().ResourceClaims(ns).Get(ctx, onA.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("get ResourceClaim: %v", err)
 	}
@@ -69,6 +77,10 @@ func TestClaimStatusPermission(t *testing.T) {
 		t.Errorf("apply status.devices of a claim allocated on the token's node: %v", err)
 	} else if got, _ := admin.ResourceV1().ResourceClaims(ns).Get(ctx, onA.Name, metav1.GetOptions{}); len(got.Status.Devices) != 1 || got.Status.Devices[0].NetworkData.InterfaceName != "net1" {
 		t.Errorf("status.devices after the apply: %+v", got.Status.Devices)
+	}
+	// The installer's fallback, its pod's own token, carries the node too.
+	if err := applyDeviceStatus(ctx, tokenClient(t, cp, mintToken(t, cp, pod, 600)), onA, "net0"); err != nil {
+		t.Errorf("apply with the pod-bound token of a pod on the claim's node: %v", err)
 	}
 	// Not on the token's node, only arbitrary-node:patch would do.
 	err = applyDeviceStatus(ctx, sa, onB, "net1")
@@ -82,7 +94,7 @@ func TestClaimStatusPermission(t *testing.T) {
 		t.Errorf("apply with a token bound to no pod: %v, want refused for arbitrary-node:patch", err)
 	}
 	if err := applyDeviceStatus(ctx, sa, onA, "net2"); err != nil {
-		t.Errorf("the pod-bound token changing its entry: %v", err)
+		t.Errorf("the node-bound token changing its entry: %v", err)
 	}
 	alloc := `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"` + onA.Name + `","namespace":"` + ns + `"},
 		"status":{"allocation":{"devices":{"results":[{"request":"nic","driver":"` + draDriver + `","pool":"node-a","device":"nic-7"}]}}}}`
@@ -126,6 +138,22 @@ func TestClaimStatusPermission(t *testing.T) {
 }
 
 func ptrTrue() *bool { b := true; return &b }
+
+// nodeToken is a token of the manifold ServiceAccount bound to node, as the
+// installer requests it for manifold on the host.
+func nodeToken(t *testing.T, cp *controlplane.ControlPlane, node *corev1.Node) string {
+	t.Helper()
+	seconds := int64(600)
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := cp.Clientset().CoreV1().ServiceAccounts(saNamespace).CreateToken(ctx, saName, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest bound to node %s: %v", node.Name, err)
+	}
+	return got.Status.Token
+}
 
 // rbacClaim is a ResourceClaim with one request, allocated device nic-0 of
 // draDriver in node's pool.
