@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 IMAGE ?= ghcr.io/manifold-cni/manifold:$(VERSION)
 LDFLAGS := -s -w -X main.Version=$(VERSION) -X github.com/manifold-cni/manifold/flow.Version=$(VERSION)
 FUZZTIME ?= 20s
-FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest cmd/manifold-shim:FuzzTopLevelStrings
+FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzDRAAnnotations netconf:FuzzParseConfig netconf:FuzzParseNetwork scratch:FuzzDecode shimproto:FuzzReadRequest cmd/manifold-shim:FuzzTopLevelStrings
 
 export MANIFOLD_CACHE := $(CACHE)
 

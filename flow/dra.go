@@ -104,6 +104,9 @@ func (p *Plugin) podClaims(ctx context.Context, c *call, pc *podContext, reqs []
 		if err != nil {
 			return nil, apiError(err)
 		}
+		if c.pod.UID != "" && pod.UID != c.pod.UID {
+			return nil, netconf.Invalid("pod UID from the API (%s) differs from K8S_POD_UID (%s): the pod was replaced", pod.UID, c.pod.UID)
+		}
 		pc.pod.ResourceClaims, pc.pod.NodeName, pc.podRead = pod.ResourceClaims, pod.NodeName, true
 	}
 	pod := &dra.Pod{Namespace: pc.pod.Namespace, Name: pc.pod.Name, UID: pc.pod.UID, Claims: pc.pod.ResourceClaims}

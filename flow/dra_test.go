@@ -168,6 +168,17 @@ func TestAssignClaims(t *testing.T) {
 		}
 	})
 
+	t.Run("annotations from the runtime, and the API has another pod of that name", func(t *testing.T) {
+		api := draAPI()
+		pc := &podContext{api: api, pod: &k8sclient.Pod{Namespace: "default", Name: "p", UID: "u-old"}}
+		c := deviceCall(t, kubelet.Socket, "")
+		c.pod.UID = "u-old"
+		err := p.assignDevices(context.Background(), c, pc, []netconf.Attachment{claimNet(t, "a", "", "nics/pf", "net1")})
+		if netconf.Code(err) != 7 || !strings.Contains(err.Error(), "replaced") {
+			t.Errorf("error %v, want code 7: the pod was replaced", err)
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		for _, tc := range []struct {
 			name   string

@@ -188,3 +188,37 @@ func FuzzParseNetwork(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDRAAnnotations: the NAD annotations of DRA networks either parse into
+// what re-parses the same, or fail naming the annotation; device keys never
+// set a key that chooses the plugin.
+func FuzzDRAAnnotations(f *testing.F) {
+	for _, seed := range []string{"nics", "nics/vf", "nics/vf/fast", "", "/", "a//b", `{"device":"dra.example.com/ifName"}`, `{"type":"x"}`, `{"":"a"}`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		ref, err := ParseClaimRef(value)
+		if err != nil {
+			if !strings.Contains(err.Error(), AnnotResourceClaim) {
+				t.Fatalf("error %q does not name %s", err, AnnotResourceClaim)
+			}
+		} else if again, err := ParseClaimRef(ref.String()); err != nil || again != ref {
+			t.Fatalf("%q parsed as %+v, which re-parses as %+v, %v", value, ref, again, err)
+		}
+		keys, err := ParseDeviceKeys(value)
+		if err != nil {
+			if !strings.Contains(err.Error(), AnnotDeviceKeys) {
+				t.Fatalf("error %q does not name %s", err, AnnotDeviceKeys)
+			}
+			return
+		}
+		for k, attr := range keys {
+			if reservedPluginKeys[k] || k == "" {
+				t.Fatalf("%q maps reserved key %q", value, k)
+			}
+			if checkAttributeName(attr) != nil {
+				t.Fatalf("%q maps %q to an invalid attribute %q", value, k, attr)
+			}
+		}
+	})
+}
