@@ -186,6 +186,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		RetryDeleteOnError: conf.RetryDeleteOnError,
 		MultusDir:          conf.MultusDir(),
 		CNIFor:             func(dir string) libcni.CNI { return delegate.NewCNI(conf.BinDir, cniPath, dir, ex) },
+		AllowedPluginTypes: conf.AllowedPluginTypes,
 	}
 	if c.exec != nil && conf.PrestartDelegates() {
 		c.runner.Prestart = c.exec
