@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/shimproto"
@@ -198,7 +199,7 @@ func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nod
 	}
 	var hp *hotplug
 	if err == nil {
-		hp, err = newHotplug(log, d.plugin, d.metrics, node.CNIDir, inf)
+		hp, err = newHotplug(log, d.plugin.Reconcile, d.metrics, node.CNIDir, inf, clock.RealClock{})
 	}
 	if err != nil {
 		log.Warn("hot-plug is off", "error", err)

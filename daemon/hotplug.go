@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/k8sclient"
@@ -32,14 +33,18 @@ const (
 	hotplugMaxWait  = 5 * time.Minute
 )
 
+// reconcileFunc brings one container to its pod's annotation: flow's
+// Reconcile, or a test's stand-in.
+type reconcileFunc func(ctx context.Context, containerID string, pod *k8sclient.Pod) (flow.Hotplug, error)
+
 type hotplug struct {
-	log     *slog.Logger
-	plugin  *flow.Plugin
-	m       *metrics
-	cniDir  string
-	inf     cache.SharedIndexInformer
-	queue   workqueue.TypedRateLimitingInterface[string]
-	workers sync.WaitGroup
+	log       *slog.Logger
+	reconcile reconcileFunc
+	m         *metrics
+	cniDir    string
+	inf       cache.SharedIndexInformer
+	queue     workqueue.TypedRateLimitingInterface[string]
+	workers   sync.WaitGroup
 
 	mu sync.Mutex
 	// records maps each container with a record to its pod's UID.
@@ -49,19 +54,25 @@ type hotplug struct {
 	failing map[string]string
 }
 
-func newHotplug(log *slog.Logger, plugin *flow.Plugin, m *metrics, cniDir string, inf cache.SharedIndexInformer) (*hotplug, error) {
+// newHotplug makes the controller; clk runs its queue's delays (a test's
+// fake clock, or clock.RealClock).
+func newHotplug(log *slog.Logger, reconcile reconcileFunc, m *metrics, cniDir string, inf cache.SharedIndexInformer, clk clock.WithTicker) (*hotplug, error) {
 	h := &hotplug{
-		log: log, plugin: plugin, m: m, cniDir: cniDir, inf: inf,
-		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](hotplugBaseWait, hotplugMaxWait)),
+		log: log, reconcile: reconcile, m: m, cniDir: cniDir, inf: inf,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](hotplugBaseWait, hotplugMaxWait),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
 		records: map[string]string{}, failing: map[string]string{},
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    h.enqueue,
-		UpdateFunc: func(_, obj any) { h.enqueue(obj) },
+		UpdateFunc: h.onUpdate,
 		DeleteFunc: h.enqueue,
 	})
 	return h, err
 }
+
+// onUpdate is the informer's update of a pod, and its periodic resync.
+func (h *hotplug) onUpdate(_, obj any) { h.enqueue(obj) }
 
 // run starts the informer and the workers; they stop when ctx is done.
 // Every pod of the node comes first as an add, so the pods that changed
@@ -131,7 +142,7 @@ func (h *hotplug) next(ctx context.Context) bool {
 	var errs []error
 	for _, id := range h.containersOf(string(pod.UID)) {
 		start := time.Now()
-		res, err := h.plugin.Reconcile(ctx, id, &k8sclient.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Annotations: pod.Annotations})
+		res, err := h.reconcile(ctx, id, &k8sclient.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Annotations: pod.Annotations})
 		h.m.observeHotplug(res, err, time.Since(start))
 		if err != nil {
 			h.log.Warn("hot-plug failed; trying again after a backoff", "pod", key, "containerID", id, "error", err, "failures", h.queue.NumRequeues(key)+1)
