@@ -52,7 +52,9 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flipped := []byte(strings.Replace(string(good), `"eth0"`, `"eth9"`, 1))
+	// The payload's "eth0" (the summary, ahead of it, names it too).
+	i := strings.LastIndex(string(good), `"eth0"`)
+	flipped := []byte(string(good[:i]) + `"eth9"` + string(good[i+len(`"eth0"`):]))
 	var env map[string]any
 	_ = json.Unmarshal(good, &env)
 	delete(env, "version")
