@@ -52,7 +52,6 @@ type hotplug struct {
 	inf       cache.SharedIndexInformer
 	queue     workqueue.TypedRateLimitingInterface[string]
 	workers   sync.WaitGroup
-
 	churn     *churn
 
 	mu sync.Mutex
