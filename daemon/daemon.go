@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/clock"
 
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/shimproto"
@@ -94,7 +92,7 @@ func Run(args []string) int {
 	d.shutdownTimeout = *shutdownTimeout
 	hp := startHotplug(ctx, log, d, *hotplugOn, *nodeName, node)
 	if *metricsAddr != "" {
-		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, func() error { return hp.health() })
+		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, hp.health)
 		if err != nil {
 			ln.Close()
 			log.Error("daemon failed to start", "error", fmt.Errorf("serve metrics on %s: %w", *metricsAddr, err))
@@ -106,7 +104,7 @@ func Run(args []string) int {
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
 		"shutdownTimeout", shutdownTimeout.String(), "version", flow.Version)
 	err = d.serve(ctx, ln)
-	if hp != nil && !hp.waitWithin(*shutdownTimeout) {
+	if !hp.waitWithin(*shutdownTimeout) {
 		log.Warn("hot-plug changes still running at exit; a pod's DEL or GC undoes what they left", "waited", shutdownTimeout.String())
 	}
 	if !d.plugin.DrainWithin(drainTimeout) {
@@ -176,44 +174,4 @@ func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixLi
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// startHotplug starts the pod watch and the hot-plug controller, or says
-// why it does not; nil when off.
-func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *flow.NodePaths) *hotplug {
-	if !on {
-		log.Info("hot-plug is off (--hotplug=false)")
-		return nil
-	}
-	if nodeName == "" {
-		log.Warn("hot-plug is off: no --node-name and no NODE_NAME")
-		return nil
-	}
-	cfg, err := restConfig(node.Kubeconfig, d.metrics)
-	if err == nil && cfg == nil {
-		err = errors.New("no --kubeconfig and not in a cluster")
-	}
-	var inf cache.SharedIndexInformer
-	if err == nil {
-		inf, err = podInformer(cfg, nodeName)
-	}
-	var hp *hotplug
-	if err == nil {
-		hp, err = newHotplug(log, d.plugin.Reconcile, d.metrics, node.CNIDir, inf, clock.RealClock{})
-	}
-	if err != nil {
-		log.Warn("hot-plug is off", "error", err)
-		return nil
-	}
-	hp.run(ctx)
-	log.Info("hot-plug on: watching this node's pods", "node", nodeName)
-	return hp
-}
-
-// health is /healthz: the pod watch, when on, has listed the node's pods.
-func (h *hotplug) health() error {
-	if h != nil && !h.synced() {
-		return errors.New("the pod watch has not listed this node's pods yet")
-	}
-	return nil
 }
