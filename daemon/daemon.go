@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/shimproto"
 )
