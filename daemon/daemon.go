@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
@@ -46,7 +47,7 @@ func Run(args []string) int {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, for the pod watch of hot-plug (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)")
 	hotplugOn := fs.Bool("hotplug", true, "change a running pod's networks when its networks annotation changes (docs/hotplug.md); needs --node-name and an API server")
 	metricsAddr := fs.String("metrics-address", "", "serve Prometheus metrics on /metrics and a health check on /healthz at this host:port (127.0.0.1 only by convention); empty: off")
-	node := &flow.NodePaths{}
+	node := &netconf.NodePaths{}
 	node.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2

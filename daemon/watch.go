@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
-	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // The pod watch of the hot-plug: one informer on the pods of this node
@@ -53,7 +53,7 @@ type hotplugState struct {
 // startHotplug starts the pod watch and the hot-plug controller, now or, when
 // the set-up fails, in the background with growing waits until it works or
 // ctx ends.
-func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *flow.NodePaths) *hotplugState {
+func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *netconf.NodePaths) *hotplugState {
 	s := &hotplugState{m: d.metrics}
 	switch {
 	case !on:

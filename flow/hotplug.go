@@ -176,7 +176,7 @@ func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugC
 	if err != nil {
 		return nil, fmt.Errorf("the config recorded for container %s: %w", rec.ContainerID, err)
 	}
-	if err := p.node.apply(rec.Config, conf); err != nil {
+	if err := p.node.Apply(rec.Config, conf); err != nil {
 		return nil, fmt.Errorf("the config recorded for container %s: %w", rec.ContainerID, err)
 	}
 	log, _ := newLogger(conf, p.stderr, p.logs) // the daemon's log files stay open

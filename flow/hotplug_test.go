@@ -227,7 +227,7 @@ func TestHotplugPlanRefused(t *testing.T) {
 // (issue 26). Measured in bytes allocated, not in time.
 func TestReconcileNoChangeReadsNoConfigs(t *testing.T) {
 	dir := t.TempDir()
-	node := &NodePaths{BinDir: dir, CNIDir: dir, ConfDir: dir, Kubeconfig: "/k"}
+	node := &netconf.NodePaths{BinDir: dir, CNIDir: dir, ConfDir: dir, Kubeconfig: "/k"}
 	p := NewShared("", node, func(*netconf.Config) (API, error) { return &fakeAPI{}, nil })
 	rec := testRecord(t, recorded{"eth0", ""}, recorded{"net1", "a"})
 	rec.Pod = netconf.PodRef{Namespace: "default", Name: "p", UID: "u"}
