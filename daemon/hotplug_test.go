@@ -57,7 +57,7 @@ type hotplugRig struct {
 
 func newHotplugRig(t *testing.T) *hotplugRig {
 	t.Helper()
-	inf := informers.NewSharedInformerFactory(fake.NewSimpleClientset(), 0).Core().V1().Pods().Informer()
+	inf := informers.NewSharedInformerFactory(fake.NewClientset(), 0).Core().V1().Pods().Informer()
 	g := &hotplugRig{t: t, r: &reconciles{}, clk: testingclock.NewFakeClock(time.Now()), store: &scratch.Store{Dir: t.TempDir()}}
 	var err error
 	g.h, err = newHotplug(slog.New(slog.DiscardHandler), g.r.reconcile, nil, g.store.Dir, inf, g.clk)
