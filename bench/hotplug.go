@@ -250,7 +250,14 @@ func (b *bench) setNetworks(p *podSpec, value string) error {
 // setAnnotation sets (or, with nil, removes) one annotation of the pod, and
 // keeps the pod's object as the update left it.
 func (b *bench) setAnnotation(p *podSpec, key string, value any) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	return b.patchMeta(p, "annotations", key, value)
+}
+
+// patchMeta sets (or, with nil, removes) one key of the pod's metadata field
+// ("annotations", "labels") with a merge patch, as a user or a controller
+// would, and keeps the pod's object as the update left it.
+func (b *bench) patchMeta(p *podSpec, field, key string, value any) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]any{key: value}}})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,9 +16,7 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
@@ -85,7 +82,7 @@ func (b *bench) updates(n int) (*updatesResult, error) {
 	}
 	for i := 0; i < n; i++ {
 		for _, a := range out.Arms {
-			cpu, err := b.settledCPU(a.daemon.pid, func() error { return b.setLabel(a.pod, fmt.Sprint(i)) })
+			cpu, err := b.settledCPU(a.daemon.pid, func() error { return b.patchMeta(a.pod, "labels", "bench-update", fmt.Sprint(i)) })
 			if err != nil {
 				return nil, fmt.Errorf("%s: update %d: %w", a.Arm, i, err)
 			}
@@ -182,40 +179,6 @@ func (b *bench) bigNADs() error {
 			return fmt.Errorf("create NAD %s: %w", bigNAD(i), err)
 		}
 	}
-	return nil
-}
-
-// createPodWith creates a pod on the benchmark's node with annotations.
-func (b *bench) createPodWith(name, kind string, annotations map[string]string) (*podSpec, error) {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
-		Spec: corev1.PodSpec{
-			NodeName:   benchNode,
-			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
-		},
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	created, err := b.k8s.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("create pod %s: %w", name, err)
-	}
-	return &podSpec{Kind: kind, Obj: created}, nil
-}
-
-// setLabel patches one label of the pod, as a controller or a user would.
-func (b *bench) setLabel(p *podSpec, value string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"bench-update": value}}})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	got, err := b.k8s.CoreV1().Pods(p.Obj.Namespace).Patch(ctx, p.Obj.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("patch pod %s: %w", p.Obj.Name, err)
-	}
-	p.Obj = got
 	return nil
 }
 
