@@ -42,6 +42,7 @@ type settings struct {
 	only                               string
 	baseline, baselineShim             string
 	hotplugRounds, deviceIterations    int
+	updates                            int
 }
 
 func main() {
@@ -63,7 +64,8 @@ func main() {
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
 	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices section")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices,runtime); default all")
+	flag.IntVar(&s.updates, "n-updates", 20, "label patches per arm of the updates section")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,updates,devices,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -79,7 +81,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -109,7 +111,7 @@ func run(s settings, out string) (err error) {
 		Settings: map[string]int{
 			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "iterations_fresh": s.freshIterations, "warmup": s.warmup,
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
-			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds,
+			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates,
 		},
 	}}
 	res.Meta.Host, _ = os.Hostname()
@@ -223,6 +225,12 @@ func run(s settings, out string) (err error) {
 	if want("hotplug") {
 		if res.Hotplug, err = b.hotplug(s.hotplugRounds, s.warmup); err != nil {
 			return fmt.Errorf("hotplug: %w", err)
+		}
+	}
+	if want("updates") {
+		logf("updates: %d label patches per arm of a pod whose record is near the size cap", s.updates)
+		if res.Updates, err = b.updates(s.updates); err != nil {
+			return fmt.Errorf("updates: %w", err)
 		}
 	}
 	if want("devices") {

@@ -20,6 +20,7 @@ type results struct {
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
+	Updates     *updatesResult    `json:"updates,omitempty"`
 	Devices     *devicesResult    `json:"devices,omitempty"`
 	Runtime     *runtimeResult    `json:"runtime,omitempty"`
 }
@@ -203,6 +204,7 @@ func (r *results) printTable(w io.Writer) {
 		}
 	}
 	r.Hotplug.print(w)
+	r.Updates.print(w)
 	r.Devices.print(w)
 
 	if r.Runtime != nil {

@@ -216,9 +216,9 @@ func TestDaemonSetThick(t *testing.T) {
 	}
 
 	// The daemon is `manifold daemon --socket S --host-root R` and its node
-	// paths, S being the config's socket. The flags and their defaults are
-	// the daemon's (cmd/manifold/daemon.go, nodepaths.go).
-	var node map[string]*string
+	// paths, S being the config's socket. The node paths' flags and their
+	// defaults are the daemon's own (netconf.NodePaths.RegisterFlags).
+	var node *netconf.NodePaths
 	daemonFlags := func(pod string) (socket, hostRoot string) {
 		cmd := expandArgs(t, daemon, pod)
 		if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
@@ -230,13 +230,8 @@ func TestDaemonSetThick(t *testing.T) {
 		fs.StringVar(&hostRoot, "host-root", "", "")
 		fs.Int("max-calls", 128, "")
 		fs.Duration("shutdown-timeout", 20*time.Second, "")
-		node = map[string]*string{
-			"binDir":     fs.String("bin-dir", netconf.DefaultBinDir, ""),
-			"cniDir":     fs.String("cni-dir", netconf.DefaultCNIDir, ""),
-			"confDir":    fs.String("conf-dir", netconf.DefaultConfDir, ""),
-			"kubeconfig": fs.String("kubeconfig", "", ""),
-			"logFile":    fs.String("log-file", "", ""),
-		}
+		node = &netconf.NodePaths{}
+		node.RegisterFlags(fs)
 		if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
 			t.Fatalf("daemon args %q: %v (stray: %q)", cmd[2:], err, fs.Args())
 		}
@@ -304,11 +299,14 @@ func TestDaemonSetThick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The daemon refuses a config whose node paths differ from its flags.
-	for key, conf := range map[string]string{"binDir": cfg.BinDir, "cniDir": cfg.CNIDir, "confDir": cfg.ConfDir, "kubeconfig": cfg.Kubeconfig, "logFile": cfg.LogFile} {
-		if *node[key] != conf {
-			t.Errorf("the installer's config has %s %q, the daemon's flag says %q: the daemon would refuse every call", key, conf, *node[key])
-		}
+	// The daemon refuses a config whose node paths differ from its flags:
+	// its own check, on the config the installer writes, and the daemon's
+	// flags as the installer describes them.
+	if err := node.Apply(stdin, cfg); err != nil {
+		t.Errorf("the daemon would refuse every call of the installer's config: %v", err)
+	}
+	if got, want := *node, *o.daemonPaths(); got != want {
+		t.Errorf("the daemon runs with node paths %+v, the installer writes its config for %+v", got, want)
 	}
 	paths := []struct {
 		key, path string
