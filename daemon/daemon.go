@@ -92,13 +92,19 @@ func Run(args []string) int {
 	d.shutdownTimeout = *shutdownTimeout
 	hp := startHotplug(ctx, log, d, *hotplugOn, *nodeName, node)
 	if *metricsAddr != "" {
-		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, hp.health)
+		// /livez is the liveness probe's check made from inside: a VERSION
+		// call through the socket, as `--probe` makes it, without a process
+		// started in the container for each probe.
+		live := func() error { return probeDaemon(*socket, probeTimeout) }
+		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, hp.health, live)
 		if err != nil {
 			ln.Close()
 			log.Error("daemon failed to start", "error", fmt.Errorf("serve metrics on %s: %w", *metricsAddr, err))
 			return 1
 		}
-		log.Info("metrics and health served", "address", addr.String())
+		if addr != nil {
+			log.Info("metrics and health served", "address", addr.String())
+		}
 	}
 	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,

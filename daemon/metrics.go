@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -171,27 +172,65 @@ var (
 // metricsMaxHeaderBytes bounds a request's headers (Go's default is 1 MiB).
 const metricsMaxHeaderBytes = 16 << 10
 
-// serveMetrics serves /metrics and /healthz on addr until ctx is done.
-// /healthz answers 200 while healthy() holds, else 503 with the reason. The
-// endpoint is unauthenticated (docs/security.md): an address other than a
-// loopback one is served with a warning.
-func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics, healthy func() error) (net.Addr, error) {
+// serveMetrics serves /metrics, /healthz and /livez on addr until ctx is
+// done. /healthz answers 200 while healthy() holds, else 503 with the reason;
+// /livez likewise with live(), the liveness probe's check. The endpoint is
+// unauthenticated (docs/security.md): an address other than a loopback one is
+// served with a warning.
+//
+// An address in use is taken as the daemon before this one, still finishing
+// its calls during a rolling update (it gave up the socket, not yet this
+// port): it is tried again every second, in the background, and the returned
+// address is nil meanwhile. Any other error is returned.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics, healthy, live func() error) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		log.Info("the metrics address is in use, by the daemon before this one if a rollout is under way; trying again every second", "address", addr)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				ln, err := net.Listen("tcp", addr)
+				if errors.Is(err, syscall.EADDRINUSE) {
+					continue
+				}
+				if err != nil {
+					log.Error("metrics and health not served", "address", addr, "error", err)
+					return
+				}
+				log.Info("metrics and health served", "address", ln.Addr().String())
+				serveHTTP(ctx, log, ln, m, healthy, live)
+				return
+			}
+		}()
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
+	serveHTTP(ctx, log, ln, m, healthy, live)
+	return ln.Addr(), nil
+}
+
+// serveHTTP serves the metrics and health endpoints on ln until ctx is done.
+func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, m *metrics, healthy, live func() error) {
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
 		log.Warn("metrics and health are served on an address that is not loopback; the endpoint has no authentication (docs/security.md)", "address", a.String())
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
+	for path, check := range map[string]func() error{"/healthz": healthy, "/livez": live} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if err := check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.Write([]byte("ok\n"))
+		})
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadHeaderTimeout, ReadTimeout: metricsReadTimeout,
 		WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout, MaxHeaderBytes: metricsMaxHeaderBytes}
 	var stopped atomic.Bool
@@ -207,5 +246,4 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics
 			log.Error("metrics server stopped", "error", err)
 		}
 	}()
-	return ln.Addr(), nil
 }

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -58,7 +60,7 @@ func TestMetricsListenerTimeouts(t *testing.T) {
 	metricsReadHeaderTimeout, metricsIdleTimeout = 200*time.Millisecond, 200*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := serveMetrics(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)), "127.0.0.1:0", newMetrics(), func() error { return nil })
+	addr, err := serveMetrics(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)), "127.0.0.1:0", newMetrics(), func() error { return nil }, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,5 +102,57 @@ func TestMetricsListenerTimeouts(t *testing.T) {
 	}
 	if !closed(slow, slow) {
 		t.Error("a connection whose headers never end was still open 10s after the read-header timeout")
+	}
+}
+
+// TestLivezAndBusyAddress: /livez answers with the liveness check, apart from
+// /healthz (hot-plug down is no reason to restart the daemon); and an address
+// in use, as the daemon before this one holds it during a rollout, is served
+// once it is free, instead of failing the daemon's start.
+func TestLivezAndBusyAddress(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := held.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var liveErr atomic.Value
+	liveErr.Store("")
+	live := func() error {
+		if s := liveErr.Load().(string); s != "" {
+			return errors.New(s)
+		}
+		return nil
+	}
+	got, err := serveMetrics(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), addr, newMetrics(), func() error { return errors.New("hot-plug is not running") }, live)
+	if err != nil || got != nil {
+		t.Fatalf("serveMetrics on a busy address = %v, %v; want nil, nil (served later)", got, err)
+	}
+	held.Close()
+	get := func(path string) (int, string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, err := http.Get("http://" + addr + path)
+			if err == nil {
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				return res.StatusCode, string(b)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: %v, 10s after the address was freed", path, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if code, body := get("/livez"); code != 200 {
+		t.Errorf("/livez = %d %q with hot-plug down and the daemon live, want 200", code, body)
+	}
+	if code, _ := get("/healthz"); code != 503 {
+		t.Errorf("/healthz = %d with hot-plug down, want 503", code)
+	}
+	liveErr.Store("2 calls ran past twice their callTimeout")
+	if code, body := get("/livez"); code != 503 || !strings.Contains(body, "callTimeout") {
+		t.Errorf("/livez = %d %q with calls stuck, want 503 with the reason", code, body)
 	}
 }

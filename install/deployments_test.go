@@ -8,6 +8,7 @@ import (
 	"flag"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -219,6 +220,7 @@ func TestDaemonSetThick(t *testing.T) {
 	// paths, S being the config's socket. The node paths' flags and their
 	// defaults are the daemon's own (netconf.NodePaths.RegisterFlags).
 	var node *netconf.NodePaths
+	var metricsAddr string
 	daemonFlags := func(pod string) (socket, hostRoot string) {
 		cmd := expandArgs(t, daemon, pod)
 		if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
@@ -230,6 +232,7 @@ func TestDaemonSetThick(t *testing.T) {
 		fs.StringVar(&hostRoot, "host-root", "", "")
 		fs.Int("max-calls", 128, "")
 		fs.Duration("shutdown-timeout", 20*time.Second, "")
+		fs.StringVar(&metricsAddr, "metrics-address", "", "")
 		node = &netconf.NodePaths{}
 		node.RegisterFlags(fs)
 		if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
@@ -241,13 +244,20 @@ func TestDaemonSetThick(t *testing.T) {
 	if socket != o.DaemonSocket {
 		t.Errorf("the daemon listens on %s, the config sends the shim to %s", socket, o.DaemonSocket)
 	}
-	// The liveness probe is `manifold daemon --probe` on the same socket.
-	if p := daemon.LivenessProbe; p == nil || p.Exec == nil {
-		t.Error("the daemon has no exec liveness probe")
-	} else if cmd := p.Exec.Command; len(cmd) < 3 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" || !slices.Contains(cmd, "--probe") ||
-		!slices.Contains(cmd, socket) || p.TimeoutSeconds < 6 {
-		t.Errorf("liveness probe %q (timeout %ds), want %s daemon --probe --socket %s with a timeout of at least 6s (the probe's own is 5s)",
-			cmd, p.TimeoutSeconds, DefaultOptions().Binary, socket)
+	// The liveness probe is the kubelet's GET of /livez on the daemon's
+	// metrics address, on loopback (it is unauthenticated), which makes the
+	// probe's VERSION call through the socket from inside the daemon. An exec
+	// probe started a process in the container each time, and under a pod
+	// storm runc's exec alone passed the timeout and the daemon was restarted.
+	host, port, err := net.SplitHostPort(metricsAddr)
+	if err != nil || !net.ParseIP(host).IsLoopback() {
+		t.Errorf("the daemon's --metrics-address %q, want a loopback host:port", metricsAddr)
+	}
+	if p := daemon.LivenessProbe; p == nil || p.HTTPGet == nil {
+		t.Error("the daemon has no HTTP liveness probe")
+	} else if g := p.HTTPGet; g.Path != "/livez" || g.Host != host || g.Port.String() != port || p.TimeoutSeconds < 6 || p.FailureThreshold < 3 {
+		t.Errorf("liveness probe GET %s:%s%s (timeout %ds, %d failures), want GET %s/livez with a timeout of at least 6s (the check's own is 5s) and 3 failures",
+			g.Host, g.Port.String(), g.Path, p.TimeoutSeconds, p.FailureThreshold, metricsAddr)
 	}
 	// In a rollout with surge the new pod's daemon waits on the old one's
 	// socket until the old one has stopped, and the config that the old
