@@ -6,9 +6,11 @@
 //
 //	go run ./bench -out bench-results.json
 //
-// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER,
-// MANIFOLD_ETCD and MANIFOLD_CONTAINERD_DIR (the runtime section's containerd);
-// without them it builds what it needs. The method and a
+// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, the control plane's
+// variables (MANIFOLD_KUBE_APISERVER, MANIFOLD_ETCD, …; e2e/README.md) and
+// MANIFOLD_CONTAINERD_DIR (the runtime section's containerd); without them
+// it builds what it needs. Its control plane runs without the scheduler and
+// the controller manager, so the API load it reports is manifold's alone. The method and a
 // run's figures are in docs/performance.md.
 package main
 

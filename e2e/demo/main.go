@@ -8,10 +8,11 @@
 // CNI plugin), then in daemon mode (manifold-shim and `manifold daemon`).
 // Everything it creates is removed at the end, also on error or Ctrl-C.
 //
-// Run it with `make demo` (as root). It finds its binaries through MANIFOLD_BIN,
-// MANIFOLD_SHIM, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER, MANIFOLD_ETCD,
-// MANIFOLD_CONTAINERD_DIR and MANIFOLD_KUBELET, or builds them (minutes when
-// cold; progress on stderr), like the tests do.
+// Run it with `make demo` (as root). It finds its binaries through the
+// variables the tests read (MANIFOLD_BIN, MANIFOLD_SHIM, MANIFOLD_PLUGINS_DIR,
+// the control plane's MANIFOLD_KUBE_APISERVER, MANIFOLD_ETCD, … and the node's
+// MANIFOLD_CONTAINERD_DIR and MANIFOLD_KUBELET; e2e/README.md lists them), or
+// builds them (minutes when cold; progress on stderr), like the tests do.
 package main
 
 import (
