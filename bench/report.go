@@ -23,6 +23,7 @@ type results struct {
 	Updates     *updatesResult    `json:"updates,omitempty"`
 	Devices     *devicesResult    `json:"devices,omitempty"`
 	Runtime     *runtimeResult    `json:"runtime,omitempty"`
+	Cluster     *clusterResult    `json:"cluster,omitempty"`
 }
 
 type meta struct {
@@ -207,6 +208,9 @@ func (r *results) printTable(w io.Writer) {
 	r.Updates.print(w)
 	r.Devices.print(w)
 
+	if r.Cluster != nil {
+		r.Cluster.print(w)
+	}
 	if r.Runtime != nil {
 		r.Runtime.print(w)
 	}

@@ -38,7 +38,7 @@ func links(t *testing.T, netns ns.NetNS) map[string]link {
 	t.Helper()
 	out := map[string]link{}
 	err := netns.Do(func(ns.NetNS) error {
-		list, err := netlink.LinkList()
+		list, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}
@@ -70,7 +70,7 @@ func linkNames(t *testing.T, netns ns.NetNS) []string {
 	t.Helper()
 	var out []string
 	err := netns.Do(func(ns.NetNS) error {
-		list, err := netlink.LinkList()
+		list, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}

@@ -7,9 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/manifold-cni/manifold/e2e/crinode"
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // Leftovers lists what the node still holds of pods that are gone: IP leases
@@ -33,7 +32,11 @@ func (c *Cluster) Leftovers() []string {
 		}
 	}
 	for _, b := range ownBridges {
-		if ports := bridgePorts(b); len(ports) > 0 {
+		ports, err := testenv.HostBridgePorts(b)
+		if err != nil {
+			out = append(out, fmt.Sprintf("list the links on bridge %s: %v", b, err))
+		}
+		if len(ports) > 0 {
 			out = append(out, fmt.Sprintf("host links left on bridge %s: %v", b, ports))
 		}
 	}
@@ -55,25 +58,5 @@ func walkFiles(dir, what string, keep func(string) bool) []string {
 		}
 		return nil
 	})
-	return out
-}
-
-// bridgePorts are the links enslaved to the bridge (none when it is not
-// there).
-func bridgePorts(bridge string) []string {
-	br, err := netlink.LinkByName(bridge)
-	if err != nil {
-		return nil
-	}
-	links, err := netlink.LinkList()
-	if err != nil {
-		return []string{"(list links: " + err.Error() + ")"}
-	}
-	var out []string
-	for _, l := range links {
-		if l.Attrs().MasterIndex == br.Attrs().Index {
-			out = append(out, l.Attrs().Name)
-		}
-	}
 	return out
 }

@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/manifold-cni/manifold/e2e/crinode"
+	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/netconf"
 )
 
@@ -143,7 +143,7 @@ func (c *Cluster) Interfaces(ctx context.Context, p *corev1.Pod) ([]string, erro
 	}
 	var names []string
 	err = ns.WithNetNSPath(path, func(ns.NetNS) error {
-		links, err := netlink.LinkList()
+		links, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}
