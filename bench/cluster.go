@@ -270,7 +270,7 @@ func podStorm(ctx context.Context, c *cluster.Cluster, mode cluster.Mode, n int)
 	var cg string
 	if mode.Thick {
 		var err error
-		if cg, err = daemonCgroup(); err != nil {
+		if cg, err = cluster.DaemonMemoryCgroup(); err != nil {
 			return st, err
 		}
 		os.WriteFile(filepath.Join(cg, "memory.max_usage_in_bytes"), []byte("0"), 0o644)
@@ -303,8 +303,8 @@ func podStorm(ctx context.Context, c *cluster.Cluster, mode cluster.Mode, n int)
 	close(stop)
 	st.PeakPSSMiB = round3(float64(<-peak) / (1 << 20))
 	if cg != "" {
-		p, _ := readInt64(filepath.Join(cg, "memory.max_usage_in_bytes"))
-		l, _ := readInt64(filepath.Join(cg, "memory.limit_in_bytes"))
+		p, _ := cluster.CgroupValue(cg, "memory.max_usage_in_bytes")
+		l, _ := cluster.CgroupValue(cg, "memory.limit_in_bytes")
 		st.CgroupPeakMiB, st.LimitMiB = round3(float64(p)/(1<<20)), round3(float64(l)/(1<<20))
 	}
 	return st, c.DeleteAndWait(ctx, 5*time.Minute, pods...)
@@ -352,35 +352,6 @@ func pssBytes(pid string) int64 {
 		}
 	}
 	return 0
-}
-
-// daemonCgroup is the memory cgroup of the thick DaemonSet's node daemon.
-func daemonCgroup() (string, error) {
-	procs, _ := os.ReadDir("/proc")
-	for _, d := range procs {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), "--socket=/run/manifold/manifold.sock\x00--host-root=/hostroot") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cgroup"))
-		if err != nil {
-			return "", err
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
-				return filepath.Join("/sys/fs/cgroup/memory", parts[2]), nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no node daemon process with a memory cgroup found")
-}
-
-func readInt64(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // print writes the cluster section of the report.

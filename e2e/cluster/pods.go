@@ -230,3 +230,36 @@ func (c *Cluster) DaemonSetLogs(ctx context.Context, name string, max int) strin
 	}
 	return b.String()
 }
+
+// DaemonMemoryCgroup is the memory cgroup dir of the thick DaemonSet's node
+// daemon (told from other tests' daemons by its flags): where the kubelet
+// enforces the container's limit, and where its peak is read.
+func DaemonMemoryCgroup() (string, error) {
+	procs, _ := os.ReadDir("/proc")
+	for _, d := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "--socket=/run/manifold/manifold.sock\x00--host-root=/hostroot") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cgroup"))
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
+				return filepath.Join("/sys/fs/cgroup/memory", parts[2]), nil
+			}
+		}
+		return "", fmt.Errorf("process %s has no memory cgroup: %s", d.Name(), b)
+	}
+	return "", fmt.Errorf("no node daemon process found")
+}
+
+// CgroupValue reads a number from a cgroup file of dir.
+func CgroupValue(dir, file string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}

@@ -1,11 +1,8 @@
 package cluster_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,11 +23,11 @@ const stormPods = 100
 func TestPodStorm(t *testing.T) {
 	e := newTenv(t)
 	e.install(cluster.Thick, imageV1)
-	cg, err := daemonMemoryCgroup()
+	cg, err := cluster.DaemonMemoryCgroup()
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit, _ := readInt(filepath.Join(cg, "memory.limit_in_bytes"))
+	limit, _ := cluster.CgroupValue(cg, "memory.limit_in_bytes")
 	if err := os.WriteFile(filepath.Join(cg, "memory.max_usage_in_bytes"), []byte("0"), 0o644); err != nil {
 		t.Logf("reset the daemon's peak: %v", err)
 	}
@@ -44,7 +41,7 @@ func TestPodStorm(t *testing.T) {
 			t.Errorf("the DaemonSet's %s container restarted %d times during the storm (last: %+v)", s.Name, s.RestartCount, s.LastTerminationState.Terminated)
 		}
 	}
-	peak, err := readInt(filepath.Join(cg, "memory.max_usage_in_bytes"))
+	peak, err := cluster.CgroupValue(cg, "memory.max_usage_in_bytes")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,39 +80,4 @@ func (e *tenv) storm(n int) []*corev1.Pod {
 		}
 	}
 	return e.podsRunning(pods)
-}
-
-// daemonMemoryCgroup is the memory cgroup dir of the thick DaemonSet's node
-// daemon: where the kubelet enforces the container's limit.
-func daemonMemoryCgroup() (string, error) {
-	procs, _ := os.ReadDir("/proc")
-	for _, d := range procs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), "--socket=/run/manifold/manifold.sock\x00--host-root=/hostroot") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cgroup"))
-		if err != nil {
-			return "", err
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) == 3 && parts[1] == "memory" {
-				return filepath.Join("/sys/fs/cgroup/memory", parts[2]), nil
-			}
-		}
-		return "", fmt.Errorf("process %s has no memory cgroup: %s", d.Name(), b)
-	}
-	return "", fmt.Errorf("no node daemon process found")
-}
-
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
