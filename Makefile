@@ -10,6 +10,20 @@ FUZZ_TARGETS := netconf:FuzzParseNetworksAnnotation netconf:FuzzDRAAnnotations n
 
 export MANIFOLD_CACHE := $(CACHE)
 
+# The binaries the test, demo and bench targets run, by the variables their
+# harnesses read (e2e/README.md). The build scripts print their cached paths
+# at once when warm, and take a lock while they build.
+TOOL_ENV = MANIFOLD_BIN=$(CURDIR)/bin/manifold \
+	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
+	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
+	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
+	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
+	MANIFOLD_KUBE_SCHEDULER=$$(bash hack/build-control-plane.sh | sed -n 3p) \
+	MANIFOLD_KUBE_CONTROLLER_MANAGER=$$(bash hack/build-control-plane.sh | sed -n 4p) \
+	MANIFOLD_KUBECTL=$$(bash hack/build-control-plane.sh | sed -n 5p) \
+	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
+	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p)
+
 .PHONY: all build image tools plugins control-plane node test unit fuzz demo bench lint clean
 
 all: build
@@ -44,14 +58,7 @@ node:
 # kube-apiserver and etcd) with its runtime tier and real node (containerd,
 # runc, the kubelet), then each fuzz target for $(FUZZTIME).
 test: build tools
-	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
-	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
-	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
-	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
-	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
-	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
-	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
-	$(GO) test -count=1 -timeout 40m ./...
+	$(TOOL_ENV) $(GO) test -count=1 -timeout 40m ./...
 	$(MAKE) fuzz
 
 unit:
@@ -64,24 +71,10 @@ fuzz:
 	done
 
 demo: build tools
-	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
-	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
-	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
-	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
-	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
-	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
-	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
-	$(GO) run ./e2e/demo
+	$(TOOL_ENV) $(GO) run ./e2e/demo
 
 bench: build tools
-	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
-	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
-	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
-	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
-	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
-	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
-	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
-	$(GO) run ./bench -out bench-results.json
+	$(TOOL_ENV) $(GO) run ./bench -out bench-results.json
 
 lint:
 	gofmt -l . | (! grep .)

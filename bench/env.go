@@ -459,15 +459,26 @@ func (b *bench) createPod(name, kind string, n int) (*podSpec, error) {
 	for i := 1; i < n; i++ {
 		refs = append(refs, netName(kind, i))
 	}
+	var annotations map[string]string
+	if len(refs) > 0 {
+		annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": strings.Join(refs, ",")}
+	}
+	p, err := b.createPodWith(name, kind, annotations)
+	if err != nil {
+		return nil, err
+	}
+	p.Networks = n
+	return p, nil
+}
+
+// createPodWith creates a pod on the benchmark's node with annotations.
+func (b *bench) createPodWith(name, kind string, annotations map[string]string) (*podSpec, error) {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
 		Spec: corev1.PodSpec{
-			NodeName:   "bench-node",
+			NodeName:   benchNode,
 			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
 		},
-	}
-	if len(refs) > 0 {
-		p.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": strings.Join(refs, ",")}
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
@@ -475,7 +486,7 @@ func (b *bench) createPod(name, kind string, n int) (*podSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s: %w", name, err)
 	}
-	return &podSpec{Kind: kind, Networks: n, Obj: created}, nil
+	return &podSpec{Kind: kind, Obj: created}, nil
 }
 
 // sandbox is one ADD/DEL target: a pod in a netns under a fresh container ID.

@@ -58,17 +58,17 @@ type hotplugKind struct {
 	RatioP50 float64 `json:"attach_over_fresh_status_p50"`
 }
 
-// sectionDaemon starts a `manifold daemon` of a section's own: its bin dir
-// (the plugins, manifold-shim, and manifold for the shim's fallback), its
-// socket, cniDir as its cniDir, and any further flags.
-func (b *bench) sectionDaemon(name, cniDir string, flags ...string) (*thickArm, error) {
+// sectionDaemon starts manifold as a `manifold daemon` of a section's own:
+// its bin dir (the plugins, manifold-shim, and manifold for the shim's
+// fallback), its socket, cniDir as its cniDir, and any further flags.
+func (b *bench) sectionDaemon(name, manifold, cniDir string, flags ...string) (*thickArm, error) {
 	a := &thickArm{dir: filepath.Join(b.dir, name+"-bin"), socket: filepath.Join(b.dir, name+"-daemon", "manifold.sock")}
 	for _, d := range []string{a.dir, cniDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	if err := testenv.LinkBinDir(a.dir, b.plugins, b.manifold); err != nil {
+	if err := testenv.LinkBinDir(a.dir, b.plugins, manifold); err != nil {
 		return nil, err
 	}
 	shim, err := os.Readlink(filepath.Join(b.thick.dir, "manifold-shim"))
@@ -79,7 +79,7 @@ func (b *bench) sectionDaemon(name, cniDir string, flags ...string) (*thickArm, 
 		return nil, err
 	}
 	flags = append([]string{"--bin-dir", a.dir, "--cni-dir", cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}, flags...)
-	d, err := testenv.RunDaemon(b.manifold, a.socket, os.Stderr, flags...)
+	d, err := testenv.RunDaemon(manifold, a.socket, os.Stderr, flags...)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func withKeys(list *libcni.NetworkConfigList, keys map[string]any) (*libcni.Netw
 // the same network from the start; the two go first in turn.
 func (b *bench) hotplug(rounds, warmup int) (*hotplugResult, error) {
 	cniDir := filepath.Join(b.dir, "hotplug-cni")
-	arm, err := b.sectionDaemon("hotplug", cniDir, "--node-name", benchNode)
+	arm, err := b.sectionDaemon("hotplug", b.manifold, cniDir, "--node-name", benchNode)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,12 @@ func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup i
 
 // thickCall runs ADD or DEL for sb through arm's shim.
 func (b *bench) thickCall(arm *thickArm, conf *libcni.NetworkConfigList, verb string, sb *sandbox) error {
-	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	return b.thickCallWithin(arm, conf, verb, sb, time.Minute)
+}
+
+// thickCallWithin is thickCall bounded by timeout.
+func (b *bench) thickCallWithin(arm *thickArm, conf *libcni.NetworkConfigList, verb string, sb *sandbox, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
 	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
 	var err error
@@ -245,7 +250,14 @@ func (b *bench) setNetworks(p *podSpec, value string) error {
 // setAnnotation sets (or, with nil, removes) one annotation of the pod, and
 // keeps the pod's object as the update left it.
 func (b *bench) setAnnotation(p *podSpec, key string, value any) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	return b.patchMeta(p, "annotations", key, value)
+}
+
+// patchMeta sets (or, with nil, removes) one key of the pod's metadata field
+// ("annotations", "labels") with a merge patch, as a user or a controller
+// would, and keeps the pod's object as the update left it.
+func (b *bench) patchMeta(p *podSpec, field, key string, value any) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]any{key: value}}})
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,11 @@
 //
 //	go run ./bench -out bench-results.json
 //
-// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER,
-// MANIFOLD_ETCD and MANIFOLD_CONTAINERD_DIR (the runtime section's containerd);
-// without them it builds what it needs. The method and a
+// `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, the control plane's
+// variables (MANIFOLD_KUBE_APISERVER, MANIFOLD_ETCD, …; e2e/README.md) and
+// MANIFOLD_CONTAINERD_DIR (the runtime section's containerd); without them
+// it builds what it needs. Its control plane runs without the scheduler and
+// the controller manager, so the API load it reports is manifold's alone. The method and a
 // run's figures are in docs/performance.md.
 package main
 
@@ -39,9 +41,11 @@ type settings struct {
 	concPods, concRounds               int
 	scaleCycles                        int
 	runtimeRounds                      int
+	clusterRounds, stormPods           int
 	only                               string
 	baseline, baselineShim             string
 	hotplugRounds, deviceIterations    int
+	updates                            int
 }
 
 func main() {
@@ -58,12 +62,15 @@ func main() {
 	flag.IntVar(&s.concPods, "conc", 20, "pods started at once")
 	flag.IntVar(&s.concRounds, "conc-rounds", 3, "rounds of concurrent pods per arm (after one warm-up round)")
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
+	flag.IntVar(&s.clusterRounds, "cluster-rounds", 15, "rounds of a pod to Running per mode on the real cluster (each round: one through manifold, one direct)")
+	flag.IntVar(&s.stormPods, "storm", 100, "pods created at once in the cluster section's storms")
 	flag.IntVar(&s.runtimeRounds, "runtime-rounds", 30, "rounds of RunPodSandbox per arm through containerd (after two warm-up rounds)")
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
 	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices and dra sections")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,devices,dra,runtime); default all")
+	flag.IntVar(&s.updates, "n-updates", 20, "label patches per arm of the updates section")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,updates,devices,dra,cluster,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -79,7 +86,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -109,7 +116,7 @@ func run(s settings, out string) (err error) {
 		Settings: map[string]int{
 			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "iterations_fresh": s.freshIterations, "warmup": s.warmup,
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
-			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds,
+			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates,
 		},
 	}}
 	res.Meta.Host, _ = os.Hostname()
@@ -225,6 +232,12 @@ func run(s settings, out string) (err error) {
 			return fmt.Errorf("hotplug: %w", err)
 		}
 	}
+	if want("updates") {
+		logf("updates: %d label patches per arm of a pod whose record is near the size cap", s.updates)
+		if res.Updates, err = b.updates(s.updates); err != nil {
+			return fmt.Errorf("updates: %w", err)
+		}
+	}
 	if want("devices") {
 		if res.Devices, err = b.devices(s.deviceIterations, s.warmup); err != nil {
 			return fmt.Errorf("devices: %w", err)
@@ -233,6 +246,13 @@ func run(s settings, out string) (err error) {
 	if want("dra") {
 		if res.DRA, err = b.dra(s.deviceIterations, s.warmup); err != nil {
 			return fmt.Errorf("dra: %w", err)
+		}
+	}
+
+	if want("cluster") {
+		logf("cluster: a one-node cluster, %d rounds per mode, storms of %d pods", s.clusterRounds, s.stormPods)
+		if res.Cluster, err = b.clusterBench(s.clusterRounds, s.stormPods); err != nil {
+			return fmt.Errorf("cluster: %w", err)
 		}
 	}
 

@@ -20,9 +20,11 @@ type results struct {
 	Concurrency *concResult       `json:"concurrency,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Hotplug     *hotplugResult    `json:"hotplug,omitempty"`
+	Updates     *updatesResult    `json:"updates,omitempty"`
 	Devices     *devicesResult    `json:"devices,omitempty"`
 	DRA         *devicesResult    `json:"dra,omitempty"`
 	Runtime     *runtimeResult    `json:"runtime,omitempty"`
+	Cluster     *clusterResult    `json:"cluster,omitempty"`
 }
 
 type meta struct {
@@ -204,9 +206,13 @@ func (r *results) printTable(w io.Writer) {
 		}
 	}
 	r.Hotplug.print(w)
+	r.Updates.print(w)
 	r.Devices.print(w)
 	r.DRA.print(w)
 
+	if r.Cluster != nil {
+		r.Cluster.print(w)
+	}
 	if r.Runtime != nil {
 		r.Runtime.print(w)
 	}

@@ -17,8 +17,15 @@ import (
 // the API server answered it with 401.
 const apiClientMaxAge = time.Minute
 
+// maxAPIClients bounds the clients an apiCache keeps. The kubeconfig is the
+// daemon's own (--kubeconfig), but apiTimeout is the caller's: without a
+// bound, each new value would keep one more client, and its connections, for
+// good.
+const maxAPIClients = 8
+
 // apiCache keeps one API client per kubeconfig and timeout, so that calls share
-// a warm connection.
+// a warm connection; at most maxAPIClients, the least recently used going
+// first.
 type apiCache struct {
 	now   func() time.Time
 	build func(*netconf.Config) (flow.API, error)
@@ -35,6 +42,7 @@ type apiKey struct {
 type cachedAPI struct {
 	api  flow.API
 	made time.Time
+	used time.Time
 	// files are the client's source files, as they were when it was built.
 	files map[string]fileStamp
 }
@@ -89,6 +97,7 @@ func (a *apiCache) get(conf *netconf.Config) (flow.API, error) {
 	defer a.mu.Unlock()
 	now := a.now()
 	if c, ok := a.clients[key]; ok && c.fresh(now) {
+		c.used = now
 		return c.api, nil
 	}
 	// The files are stamped before the build reads them: a change made
@@ -116,14 +125,34 @@ func (a *apiCache) get(conf *netconf.Config) (flow.API, error) {
 		}
 	}
 	if old, ok := a.clients[key]; ok {
-		// Calls in flight keep their requests; only idle connections close.
-		if c, ok := old.api.(interface{ CloseIdleConnections() }); ok {
-			c.CloseIdleConnections()
-		}
+		closeIdle(old.api)
+	} else if len(a.clients) >= maxAPIClients {
+		a.evictOldest()
 	}
 	if a.clients == nil {
 		a.clients = map[apiKey]*cachedAPI{}
 	}
-	a.clients[key] = &cachedAPI{api: api, made: now, files: files}
+	a.clients[key] = &cachedAPI{api: api, made: now, used: now, files: files}
 	return api, nil
+}
+
+// evictOldest drops the least recently used client.
+func (a *apiCache) evictOldest() {
+	var oldest apiKey
+	var at time.Time
+	for k, c := range a.clients {
+		if at.IsZero() || c.used.Before(at) {
+			oldest, at = k, c.used
+		}
+	}
+	closeIdle(a.clients[oldest].api)
+	delete(a.clients, oldest)
+}
+
+// closeIdle closes a client's idle connections: calls in flight keep their
+// requests.
+func closeIdle(api flow.API) {
+	if c, ok := api.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }

@@ -19,9 +19,8 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
-
 	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
@@ -48,7 +47,7 @@ func Run(args []string) int {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, for the pod watch of hot-plug (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)")
 	hotplugOn := fs.Bool("hotplug", true, "change a running pod's networks when its networks annotation changes (docs/hotplug.md); needs --node-name and an API server")
 	metricsAddr := fs.String("metrics-address", "", "serve Prometheus metrics on /metrics and a health check on /healthz at this host:port (127.0.0.1 only by convention); empty: off")
-	node := &flow.NodePaths{}
+	node := &netconf.NodePaths{}
 	node.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -93,19 +92,25 @@ func Run(args []string) int {
 	d.shutdownTimeout = *shutdownTimeout
 	hp := startHotplug(ctx, log, d, *hotplugOn, *nodeName, node)
 	if *metricsAddr != "" {
-		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, func() error { return hp.health() })
+		// /livez is the liveness probe's check made from inside: a VERSION
+		// call through the socket, as `--probe` makes it, without a process
+		// started in the container for each probe.
+		live := func() error { return probeDaemon(*socket, probeTimeout) }
+		addr, err := serveMetrics(ctx, log, *metricsAddr, d.metrics, hp.health, live)
 		if err != nil {
 			ln.Close()
 			log.Error("daemon failed to start", "error", fmt.Errorf("serve metrics on %s: %w", *metricsAddr, err))
 			return 1
 		}
-		log.Info("metrics and health served", "address", addr.String())
+		if addr != nil {
+			log.Info("metrics and health served", "address", addr.String())
+		}
 	}
 	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
 		"shutdownTimeout", shutdownTimeout.String(), "version", flow.Version)
 	err = d.serve(ctx, ln)
-	if hp != nil && !hp.waitWithin(*shutdownTimeout) {
+	if !hp.waitWithin(*shutdownTimeout) {
 		log.Warn("hot-plug changes still running at exit; a pod's DEL or GC undoes what they left", "waited", shutdownTimeout.String())
 	}
 	if !d.plugin.DrainWithin(drainTimeout) {
@@ -175,44 +180,4 @@ func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixLi
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// startHotplug starts the pod watch and the hot-plug controller, or says
-// why it does not; nil when off.
-func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *flow.NodePaths) *hotplug {
-	if !on {
-		log.Info("hot-plug is off (--hotplug=false)")
-		return nil
-	}
-	if nodeName == "" {
-		log.Warn("hot-plug is off: no --node-name and no NODE_NAME")
-		return nil
-	}
-	cfg, err := restConfig(node.Kubeconfig, d.metrics)
-	if err == nil && cfg == nil {
-		err = errors.New("no --kubeconfig and not in a cluster")
-	}
-	var inf cache.SharedIndexInformer
-	if err == nil {
-		inf, err = podInformer(cfg, nodeName)
-	}
-	var hp *hotplug
-	if err == nil {
-		hp, err = newHotplug(log, d.plugin, d.metrics, node.CNIDir, inf)
-	}
-	if err != nil {
-		log.Warn("hot-plug is off", "error", err)
-		return nil
-	}
-	hp.run(ctx)
-	log.Info("hot-plug on: watching this node's pods", "node", nodeName)
-	return hp
-}
-
-// health is /healthz: the pod watch, when on, has listed the node's pods.
-func (h *hotplug) health() error {
-	if h != nil && !h.synced() {
-		return errors.New("the pod watch has not listed this node's pods yet")
-	}
-	return nil
 }

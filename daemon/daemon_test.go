@@ -135,3 +135,47 @@ users: [{name: u, user: {tokenFile: token}}]
 		t.Error("nothing changed, and the client was rebuilt")
 	}
 }
+
+// idleCounter is an API client that counts CloseIdleConnections.
+type idleCounter struct {
+	flow.API
+	closed int
+}
+
+func (c *idleCounter) CloseIdleConnections() { c.closed++ }
+
+// TestAPICacheBounded: a caller that sends a new apiTimeout with every call
+// does not grow the cache past maxAPIClients; the least recently used
+// client goes, its idle connections closed.
+func TestAPICacheBounded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var built []*idleCounter
+	a := &apiCache{now: func() time.Time { return now }, build: func(*netconf.Config) (flow.API, error) {
+		c := &idleCounter{}
+		built = append(built, c)
+		return c, nil
+	}}
+	kept := &netconf.Config{APITimeout: time.Hour}
+	for i := 1; i <= 100; i++ {
+		now = now.Add(time.Millisecond)
+		if _, err := a.get(&netconf.Config{APITimeout: time.Duration(i) * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.get(kept); err != nil { // in use all along
+			t.Fatal(err)
+		}
+	}
+	if len(a.clients) > maxAPIClients {
+		t.Errorf("%d clients cached after 100 timeouts, want at most %d", len(a.clients), maxAPIClients)
+	}
+	if _, ok := a.clients[apiKey{timeout: time.Hour}]; !ok {
+		t.Error("the client used by every other call was evicted")
+	}
+	closed := 0
+	for _, c := range built {
+		closed += c.closed
+	}
+	if want := len(built) - len(a.clients); closed != want {
+		t.Errorf("%d evicted clients had their idle connections closed, want %d", closed, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/k8sclient"
@@ -20,10 +22,16 @@ import (
 
 // The hot-plug controller (docs/hotplug.md): every pod of this node that
 // manifold attached, and whose networks annotation no longer matches its
-// record, is handed to flow's Reconcile. One pod is reconciled by one worker
-// at a time (the queue's rule); a pod whose change failed is tried again
-// with a growing backoff, and updates that bring the same annotation do not
-// bring the retry forward.
+// record, is handed to flow's Reconcile. A pod is queued when its networks
+// annotation changes, and by the informer's first list and its periodic
+// resync (which catches a change whose event was missed); other edits of a
+// pod (labels, status) queue nothing. A container whose annotation a
+// reconcile found applied is not reconciled again for the same annotation
+// until its record changes. One pod is reconciled by one worker at a time
+// (the queue's rule); a pod whose change failed is tried again with a
+// growing backoff, and updates that bring the same annotation do not bring
+// the retry forward; a pod whose networks keep changing waits longer and
+// longer between changes (churn).
 
 const (
 	annotNetworks   = "k8s.v1.cni.cncf.io/networks"
@@ -32,14 +40,19 @@ const (
 	hotplugMaxWait  = 5 * time.Minute
 )
 
+// reconcileFunc brings one container to its pod's annotation: flow's
+// Reconcile, or a test's stand-in.
+type reconcileFunc func(ctx context.Context, containerID string, pod *k8sclient.Pod) (flow.Hotplug, error)
+
 type hotplug struct {
-	log     *slog.Logger
-	plugin  *flow.Plugin
-	m       *metrics
-	cniDir  string
-	inf     cache.SharedIndexInformer
-	queue   workqueue.TypedRateLimitingInterface[string]
-	workers sync.WaitGroup
+	log       *slog.Logger
+	reconcile reconcileFunc
+	m         *metrics
+	cniDir    string
+	inf       cache.SharedIndexInformer
+	queue     workqueue.TypedRateLimitingInterface[string]
+	workers   sync.WaitGroup
+	churn     *churn
 
 	mu sync.Mutex
 	// records maps each container with a record to its pod's UID.
@@ -47,20 +60,44 @@ type hotplug struct {
 	// failing holds, per pod key, the annotation whose change failed: an
 	// update with the same one waits for the backoff's retry.
 	failing map[string]string
+	// applied holds, per container, the annotation that its last reconcile
+	// found applied and the record as it was then.
+	applied map[string]applied
 }
 
-func newHotplug(log *slog.Logger, plugin *flow.Plugin, m *metrics, cniDir string, inf cache.SharedIndexInformer) (*hotplug, error) {
+type applied struct {
+	annot  string
+	record fileStamp
+}
+
+// newHotplug makes the controller; clk runs its queue's delays (a test's
+// fake clock, or clock.RealClock).
+func newHotplug(log *slog.Logger, reconcile reconcileFunc, m *metrics, cniDir string, inf cache.SharedIndexInformer, clk clock.WithTicker) (*hotplug, error) {
 	h := &hotplug{
-		log: log, plugin: plugin, m: m, cniDir: cniDir, inf: inf,
-		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](hotplugBaseWait, hotplugMaxWait)),
-		records: map[string]string{}, failing: map[string]string{},
+		log: log, reconcile: reconcile, m: m, cniDir: cniDir, inf: inf,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](hotplugBaseWait, hotplugMaxWait),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
+		churn:   newChurn(clk, hotplugBaseWait, hotplugMaxWait),
+		records: map[string]string{}, failing: map[string]string{}, applied: map[string]applied{},
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    h.enqueue,
-		UpdateFunc: func(_, obj any) { h.enqueue(obj) },
+		UpdateFunc: h.onUpdate,
 		DeleteFunc: h.enqueue,
 	})
 	return h, err
+}
+
+// onUpdate is the informer's update of a pod, and its periodic resync (the
+// same object twice). An update that leaves the networks annotation as it
+// was changes nothing that the hot-plug reads.
+func (h *hotplug) onUpdate(oldObj, obj any) {
+	old, ok := oldObj.(*corev1.Pod)
+	p, ok2 := obj.(*corev1.Pod)
+	if ok && ok2 && old.ResourceVersion != p.ResourceVersion && old.Annotations[annotNetworks] == p.Annotations[annotNetworks] {
+		return
+	}
+	h.enqueue(obj)
 }
 
 // run starts the informer and the workers; they stop when ctx is done.
@@ -110,6 +147,10 @@ func (h *hotplug) enqueue(obj any) {
 			return // its retry is queued, after a backoff
 		}
 		h.queue.Forget(key)
+		if wait := h.churn.delay(key); wait > 0 {
+			h.queue.AddAfter(key, wait)
+			return
+		}
 	}
 	h.queue.Add(key)
 }
@@ -124,26 +165,60 @@ func (h *hotplug) next(ctx context.Context) bool {
 	pod, _ := obj.(*corev1.Pod)
 	if err != nil || !exists || pod == nil || pod.DeletionTimestamp != nil {
 		// Gone or going: its DEL undoes everything, hot-plugged or not.
-		h.settle(key, "", nil)
+		h.churn.forget(key)
+		h.settle(key, "", false, nil)
 		return true
 	}
 	annot := pod.Annotations[annotNetworks]
 	var errs []error
+	changed := false
 	for _, id := range h.containersOf(string(pod.UID)) {
+		record := stampOf(filepath.Join(h.cniDir, id))
+		if h.isApplied(id, annot, record) {
+			continue
+		}
 		start := time.Now()
-		res, err := h.plugin.Reconcile(ctx, id, &k8sclient.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Annotations: pod.Annotations})
+		res, err := h.reconcile(ctx, id, &k8sclient.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Annotations: pod.Annotations})
 		h.m.observeHotplug(res, err, time.Since(start))
 		if err != nil {
 			h.log.Warn("hot-plug failed; trying again after a backoff", "pod", key, "containerID", id, "error", err, "failures", h.queue.NumRequeues(key)+1)
 			errs = append(errs, err)
 		}
+		made := res.Added+res.Removed > 0
+		changed = changed || made
+		// Found applied, on a record that no one rewrote meanwhile: the
+		// next reconcile for the same annotation would do nothing.
+		h.setApplied(id, applied{annot, record}, err == nil && !made && stampOf(filepath.Join(h.cniDir, id)) == record)
 	}
-	h.settle(key, annot, errors.Join(errs...))
+	h.settle(key, annot, changed, errors.Join(errs...))
 	return true
 }
 
-// settle forgets a pod's backoff after a success, or queues its retry.
-func (h *hotplug) settle(key, annot string, err error) {
+func (h *hotplug) isApplied(id, annot string, record fileStamp) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.applied[id]
+	return ok && a == applied{annot, record}
+}
+
+func (h *hotplug) setApplied(id string, a applied, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok {
+		h.applied[id] = a
+	} else {
+		delete(h.applied, id)
+	}
+}
+
+// settle forgets a pod's backoff after a success, or queues its retry. A
+// change made, or tried, counts towards the pod's churn.
+func (h *hotplug) settle(key, annot string, changed bool, err error) {
+	if changed || err != nil {
+		if n, wait := h.churn.changed(key); n > 1 {
+			h.log.Info("hot-plug: the pod's networks changed several times in a row; its next change waits", "pod", key, "changes", n, "wait", wait.String())
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err == nil {
@@ -156,7 +231,8 @@ func (h *hotplug) settle(key, annot string, err error) {
 }
 
 // containersOf lists the containers whose record is for the pod uid. The
-// directory is read each time; a record is read once, when it first shows.
+// directory is read each time; a record's summary is read once, when it
+// first shows.
 func (h *hotplug) containersOf(uid string) []string {
 	entries, err := os.ReadDir(h.cniDir)
 	if err != nil {
@@ -176,11 +252,11 @@ func (h *hotplug) containersOf(uid string) []string {
 		seen[id] = true
 		podUID, known := h.records[id]
 		if !known {
-			rec, err := store.Load(id)
-			if err != nil || rec == nil {
+			sum, err := store.LoadSummary(id)
+			if err != nil || sum == nil {
 				continue
 			}
-			podUID = rec.Pod.UID
+			podUID = sum.Pod.UID
 			h.records[id] = podUID
 		}
 		if podUID == uid && uid != "" {
@@ -190,6 +266,11 @@ func (h *hotplug) containersOf(uid string) []string {
 	for id := range h.records {
 		if !seen[id] {
 			delete(h.records, id)
+		}
+	}
+	for id := range h.applied {
+		if !seen[id] {
+			delete(h.applied, id)
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ type metrics struct {
 	api        *prometheus.CounterVec
 	hotplug    *prometheus.CounterVec
 	hotplugDur prometheus.Histogram
+	hotplugOn  prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -59,8 +61,12 @@ func newMetrics() *metrics {
 			Help:    "Time to bring one pod's attachments to its annotation, for reconciles that changed something.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 90},
 		}),
+		hotplugOn: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "manifold_daemon_hotplug_running",
+			Help: "1 while the hot-plug's pod watch runs, 0 while it is off or not set up yet.",
+		}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.inFlight, m.api, m.hotplug, m.hotplugDur,
+	m.reg.MustRegister(m.calls, m.latency, m.inFlight, m.api, m.hotplug, m.hotplugDur, m.hotplugOn,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -70,8 +76,20 @@ func (m *metrics) observeCall(verb string, ok bool, took time.Duration) {
 	if m == nil {
 		return
 	}
+	verb = verbLabel(verb)
 	m.calls.WithLabelValues(verb, result(ok)).Inc()
 	m.latency.WithLabelValues(verb).Observe(took.Seconds())
+}
+
+// verbLabel is the label of a call's CNI_COMMAND: the verbs CNI defines, or
+// "other". The caller chooses the value, and each label value is a series
+// the daemon keeps for good.
+func verbLabel(cmd string) string {
+	switch cmd {
+	case "ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION":
+		return cmd
+	}
+	return "other"
 }
 
 // apiRequest counts one request to the API server.
@@ -159,23 +177,80 @@ func (c *countedAPI) CloseIdleConnections() {
 	}
 }
 
-// serveMetrics serves /metrics and /healthz on addr until ctx is done.
-// /healthz answers 200 while healthy() holds, else 503 with the reason.
-func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics, healthy func() error) (net.Addr, error) {
+// The metrics listener's bounds: a client that sends its headers slowly, a
+// request that never ends, an answer that is not read, or a kept-alive
+// connection left idle, is closed after these. Variables for tests.
+var (
+	metricsReadHeaderTimeout = 5 * time.Second
+	metricsReadTimeout       = 10 * time.Second
+	metricsWriteTimeout      = 30 * time.Second
+	metricsIdleTimeout       = time.Minute
+)
+
+// metricsMaxHeaderBytes bounds a request's headers (Go's default is 1 MiB).
+const metricsMaxHeaderBytes = 16 << 10
+
+// serveMetrics serves /metrics, /healthz and /livez on addr until ctx is
+// done. /healthz answers 200 while healthy() holds, else 503 with the reason;
+// /livez likewise with live(), the liveness probe's check. The endpoint is
+// unauthenticated (docs/security.md): an address other than a loopback one is
+// served with a warning.
+//
+// An address in use is taken as the daemon before this one, still finishing
+// its calls during a rolling update (it gave up the socket, not yet this
+// port): it is tried again every second, in the background, and the returned
+// address is nil meanwhile. Any other error is returned.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics, healthy, live func() error) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		log.Info("the metrics address is in use, by the daemon before this one if a rollout is under way; trying again every second", "address", addr)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				ln, err := net.Listen("tcp", addr)
+				if errors.Is(err, syscall.EADDRINUSE) {
+					continue
+				}
+				if err != nil {
+					log.Error("metrics and health not served", "address", addr, "error", err)
+					return
+				}
+				log.Info("metrics and health served", "address", ln.Addr().String())
+				serveHTTP(ctx, log, ln, m, healthy, live)
+				return
+			}
+		}()
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
+	serveHTTP(ctx, log, ln, m, healthy, live)
+	return ln.Addr(), nil
+}
+
+// serveHTTP serves the metrics and health endpoints on ln until ctx is done.
+func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, m *metrics, healthy, live func() error) {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		log.Warn("metrics and health are served on an address that is not loopback; the endpoint has no authentication (docs/security.md)", "address", a.String())
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	for path, check := range map[string]func() error{"/healthz": healthy, "/livez": live} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if err := check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.Write([]byte("ok\n"))
+		})
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadHeaderTimeout, ReadTimeout: metricsReadTimeout,
+		WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout, MaxHeaderBytes: metricsMaxHeaderBytes}
 	var stopped atomic.Bool
 	go func() {
 		<-ctx.Done()
@@ -189,5 +264,4 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, m *metrics
 			log.Error("metrics server stopped", "error", err)
 		}
 	}()
-	return ln.Addr(), nil
 }

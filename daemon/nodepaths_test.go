@@ -10,7 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/manifold-cni/manifold/flow"
+	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
@@ -26,7 +26,7 @@ func TestDaemonNodePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	binDir, cniDir, logDir := t.TempDir(), t.TempDir(), t.TempDir()
-	node := &flow.NodePaths{BinDir: binDir, CNIDir: cniDir, ConfDir: filepath.Join(cniDir, "net.d"),
+	node := &netconf.NodePaths{BinDir: binDir, CNIDir: cniDir, ConfDir: filepath.Join(cniDir, "net.d"),
 		Kubeconfig: "/etc/node/kubeconfig", LogFile: filepath.Join(logDir, "manifold.log")}
 	d := newDaemon(nil, "", node)
 	call := func(env []string, conf map[string]any) *shimproto.Reply {

@@ -94,7 +94,7 @@ func (f *inflight) setTimeout(d time.Duration) {
 	}
 }
 
-func newDaemon(log *slog.Logger, hostRoot string, node *flow.NodePaths) *daemon {
+func newDaemon(log *slog.Logger, hostRoot string, node *netconf.NodePaths) *daemon {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

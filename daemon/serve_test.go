@@ -15,8 +15,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
 )
 
@@ -32,7 +32,7 @@ type servedDaemon struct {
 func serveTestDaemon(t *testing.T, configure func(*daemon)) *servedDaemon {
 	t.Helper()
 	cniDir := t.TempDir()
-	d := newDaemon(slog.New(slog.NewTextHandler(os.Stderr, nil)), "", &flow.NodePaths{BinDir: testenv.Plugins(t), CNIDir: cniDir, ConfDir: filepath.Join(cniDir, "net.d")})
+	d := newDaemon(slog.New(slog.NewTextHandler(os.Stderr, nil)), "", &netconf.NodePaths{BinDir: testenv.Plugins(t), CNIDir: cniDir, ConfDir: filepath.Join(cniDir, "net.d")})
 	d.peerUID = uint32(os.Getuid())
 	s := &servedDaemon{daemon: d, socket: filepath.Join(t.TempDir(), "run", "manifold.sock"), cniDir: cniDir}
 	d.shutdownTimeout, d.killWait = 0, 10*time.Second

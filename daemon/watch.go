@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // The pod watch of the hot-plug: one informer on the pods of this node
@@ -24,18 +31,127 @@ import (
 // again, so that a change missed for any reason is still made.
 const watchResync = 10 * time.Minute
 
+// The pod watch's set-up is tried again with these waits, doubling, when it
+// fails: the daemon and the installer that writes its kubeconfig start
+// together, so the file may not be there yet. Variables for tests.
+var (
+	setupBaseWait = time.Second
+	setupMaxWait  = time.Minute
+)
+
+// hotplugState is the hot-plug controller once it runs, and why it does not
+// until then; /healthz and the metrics say which.
+type hotplugState struct {
+	m        *metrics
+	disabled bool // --hotplug=false: nothing to report
+
+	mu  sync.Mutex
+	hp  *hotplug
+	why string // why it does not run, while hp is nil
+}
+
+// startHotplug starts the pod watch and the hot-plug controller, now or, when
+// the set-up fails, in the background with growing waits until it works or
+// ctx ends.
+func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *netconf.NodePaths) *hotplugState {
+	s := &hotplugState{m: d.metrics}
+	switch {
+	case !on:
+		log.Info("hot-plug is off (--hotplug=false)")
+		s.disabled = true
+		return s
+	case nodeName == "":
+		s.why = "no --node-name and no NODE_NAME"
+	case node.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "":
+		s.why = "no --kubeconfig and not in a cluster"
+	}
+	if s.why != "" {
+		log.Warn("hot-plug is off: " + s.why)
+		return s
+	}
+	setup := func() (*hotplug, error) {
+		cfg, err := restConfig(node.Kubeconfig, d.metrics)
+		if err != nil {
+			return nil, err
+		}
+		inf, err := podInformer(cfg, nodeName)
+		if err != nil {
+			return nil, err
+		}
+		return newHotplug(log, d.plugin.Reconcile, d.metrics, node.CNIDir, inf, clock.RealClock{})
+	}
+	s.why = "its set-up has not run yet"
+	go func() {
+		for wait := setupBaseWait; ; wait = min(2*wait, setupMaxWait) {
+			hp, err := setup()
+			if err == nil {
+				hp.run(ctx)
+				s.set(hp, "")
+				log.Info("hot-plug on: watching this node's pods", "node", nodeName)
+				return
+			}
+			s.set(nil, "its set-up failed; the daemon's log says why, and it is tried again")
+			log.Warn("hot-plug is not running yet: its set-up failed; trying again", "error", err, "retryIn", wait.String())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}()
+	return s
+}
+
+func (s *hotplugState) set(hp *hotplug, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hp, s.why = hp, why
+	if hp != nil {
+		s.m.hotplugOn.Set(1)
+	}
+}
+
+func (s *hotplugState) running() *hotplug {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hp
+}
+
+// health is /healthz: hot-plug, unless turned off, runs and has listed the
+// node's pods. The reason says no more than it must: the endpoint has no
+// authentication.
+func (s *hotplugState) health() error {
+	if s.disabled {
+		return nil
+	}
+	s.mu.Lock()
+	hp, why := s.hp, s.why
+	s.mu.Unlock()
+	if hp == nil {
+		return errors.New("hot-plug is not running: " + why)
+	}
+	if !hp.synced() {
+		return errors.New("the pod watch has not listed this node's pods yet")
+	}
+	return nil
+}
+
+// waitWithin waits for the hot-plug's workers to stop, at most bound.
+func (s *hotplugState) waitWithin(bound time.Duration) bool {
+	hp := s.running()
+	return hp == nil || hp.waitWithin(bound)
+}
+
 // restConfig is the watch's client config: the daemon's --kubeconfig, or the
-// in-cluster config; nil when neither is there.
+// in-cluster config.
 func restConfig(kubeconfig string, m *metrics) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	switch {
 	case kubeconfig != "":
 		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
-		cfg, err = rest.InClusterConfig()
 	default:
-		return nil, nil
+		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the pod watch's client config: %w", err)

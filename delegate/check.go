@@ -49,6 +49,9 @@ func (r *Runner) CheckWith(ctx context.Context, containerID, netns, ifName, cniV
 		if err != nil {
 			return netconf.Invalid("%v", err)
 		}
+		if err := cacheKeys(containerID, list.Name, att.IfName); err != nil {
+			return netconf.Invalid("check network %s on %q: %v", att.DisplayName(), att.IfName, err)
+		}
 		if ok, _ := version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0"); !ok {
 			continue
 		}

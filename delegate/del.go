@@ -106,7 +106,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	// not (a torn record, or none): DEL goes on with what it knows, and then
 	// fails, so that the runtime tries again (libcni reads only the
 	// directory here; entries it cannot read are skipped, not errors).
-	cached, cacheErr := r.cachedAttachments(req.ContainerID, req.IfName)
+	cached, badCached, cacheErr := r.cachedAttachments(req.ContainerID, req.IfName)
 	if cacheErr != nil {
 		cacheErr = fmt.Errorf("read the libcni cache of container %s in %s: %w", req.ContainerID, r.Store.Dir, cacheErr)
 	}
@@ -157,6 +157,8 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	if r.Released != nil && len(released) > 0 {
 		r.Released(ctx, rec, released)
 	}
+	// Cache entries that cannot be run are left as they are, and named.
+	errs = append(errs, badCached...)
 	// A record that names an attachment left behind is kept: it is what
 	// tells the admin, and every retry, about it.
 	keep := (r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0) || leftInRecord
@@ -196,6 +198,9 @@ func (r *Runner) delWith(ctx context.Context, cni libcni.CNI, rec *scratch.Recor
 	if err != nil {
 		return &LeftBehindError{Network: att.DisplayName(), IfName: att.IfName, ContainerID: rec.ContainerID, File: file, Reason: strings.TrimPrefix(err.Error(), "parse config of network "+att.DisplayName()+": ")}
 	}
+	if err := cacheKeys(rec.ContainerID, list.Name, att.IfName); err != nil {
+		return &LeftBehindError{Network: att.DisplayName(), IfName: att.IfName, ContainerID: rec.ContainerID, File: file, Reason: err.Error()}
+	}
 	r.Log.Debug("delegate del", "network", att.DisplayName(), AttachmentIfnameKey, att.IfName)
 	if err := cni.DelNetworkList(ctx, list, runtimeConf(rec, att)); err != nil {
 		return wrapDelegateError(err, "delete network %s from %s", att.DisplayName(), att.IfName)
@@ -212,19 +217,26 @@ func (r *Runner) delWith(ctx context.Context, cni libcni.CNI, rec *scratch.Recor
 
 // cachedAttachments turns the libcni cache entries of a container into
 // attachments, the default network (ifname) last so that it is deleted last.
-func (r *Runner) cachedAttachments(containerID, ifName string) ([]netconf.Attachment, error) {
+// An entry whose values fail cacheKeys is not one of them: it is returned as
+// a LeftBehindError.
+func (r *Runner) cachedAttachments(containerID, ifName string) ([]netconf.Attachment, []error, error) {
 	cached, err := r.CNI.GetCachedAttachments(containerID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sort.SliceStable(cached, func(i, j int) bool {
 		return cached[i].IfName == ifName && cached[j].IfName != ifName
 	})
 	atts := make([]netconf.Attachment, 0, len(cached))
+	var bad []error
 	for _, c := range cached {
+		if lb := badCacheEntry(r.Store.Dir, c); lb != nil {
+			bad = append(bad, lb)
+			continue
+		}
 		atts = append(atts, fromCache(c))
 	}
-	return atts, nil
+	return atts, bad, nil
 }
 
 func fromCache(c *libcni.NetworkAttachment) netconf.Attachment {

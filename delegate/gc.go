@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
 )
 
 // GCRequest is what GC knows from the runtime and the config.
@@ -78,9 +79,15 @@ func (r *Runner) GC(ctx context.Context, req GCRequest) error {
 		}
 	}
 	for _, c := range cached {
-		if !validIDs[c.ContainerID] {
-			stale[c.ContainerID] = true
+		if validIDs[c.ContainerID] {
+			continue
 		}
+		if scratch.ValidateContainerID(c.ContainerID) != nil {
+			// No DEL can name it: it is left, and kept from libcni below.
+			errs = append(errs, badCacheEntry(r.Store.Dir, c))
+			continue
+		}
+		stale[c.ContainerID] = true
 	}
 	// Multus's records (in cniDir and in MultusDir): a container the runtime
 	// does not list is DELed whoever attached it; a valid one's attachments
@@ -129,6 +136,16 @@ func (r *Runner) GC(ctx context.Context, req GCRequest) error {
 		errs = append(errs, fmt.Errorf("gc: read libcni cache: %w", err))
 	}
 	for _, c := range cached {
+		if lb := badCacheEntry(r.Store.Dir, c); lb != nil {
+			// libcni's GC would DEL it with the values it holds: in the
+			// valid set of its network, libcni leaves it alone. A stale
+			// container's DEL above has named it; a valid one's DEL will.
+			g.valid(c.Network, c.ContainerID, c.IfName)
+			if validIDs[c.ContainerID] {
+				r.Log.Warn("gc: a libcni cache entry of a valid container cannot be run; it is left alone", "error", lb)
+			}
+			continue
+		}
 		a := fromCache(c)
 		g.add(&a)
 		g.valid(c.Network, c.ContainerID, c.IfName)
@@ -186,17 +203,23 @@ func (g *gcNetworks) add(att *netconf.Attachment) {
 	if _, ok := g.byKey[key]; !ok {
 		g.byKey[key] = &gcNetwork{key: key, att: att}
 	}
-	if g.byName[att.Network] == nil {
+	g.set(att.Network)
+}
+
+// set is the valid set of a network name, which starts as the runtime's.
+func (g *gcNetworks) set(network string) map[types.GCAttachment]bool {
+	if g.byName[network] == nil {
 		set := make(map[types.GCAttachment]bool, len(g.runtime))
 		for _, v := range g.runtime {
 			set[v] = true
 		}
-		g.byName[att.Network] = set
+		g.byName[network] = set
 	}
+	return g.byName[network]
 }
 
 func (g *gcNetworks) valid(network, containerID, ifName string) {
-	g.byName[network][types.GCAttachment{ContainerID: containerID, IfName: ifName}] = true
+	g.set(network)[types.GCAttachment{ContainerID: containerID, IfName: ifName}] = true
 }
 
 // networks in a stable order.

@@ -36,7 +36,7 @@ func (r *Runner) cniFor(dir string) libcni.CNI {
 // loadMultus reads Multus's state for a container in dir. In cniDir only a
 // Multus record counts: cache entries alone there are manifold's own.
 func (r *Runner) loadMultus(dir, containerID, ifName, cniVersion string) (*multus.Record, error) {
-	m, err := multus.LoadWith(dir, containerID, multus.Options{IfName: ifName, CNIVersion: cniVersion})
+	m, err := multus.LoadWith(dir, containerID, multus.Options{IfName: ifName, CNIVersion: cniVersion, AllowedPluginTypes: r.AllowedPluginTypes})
 	if dir == r.Store.Dir && (m == nil || !m.HasRecord) {
 		return nil, nil
 	}
@@ -63,6 +63,13 @@ func (r *Runner) delMultus(ctx context.Context, req DelRequest, dir string) (fou
 		rec := &scratch.Record{ContainerID: req.ContainerID, NetNS: req.NetNS, RuntimeArgs: m.RuntimeArgs}
 		if rec.NetNS == "" {
 			rec.NetNS = m.NetNS
+			// A pod never has the node's own network namespace: a cache
+			// entry that says so is damaged, and its plugins' DEL there
+			// would remove the node's interface of that name.
+			if isNodeNetNS(rec.NetNS) {
+				log.Warn("Multus's cache names the node's own network namespace as the pod's; deleting without a netns, as for one that is gone", "netns", rec.NetNS)
+				rec.NetNS = ""
+			}
 		}
 		if netnsGone(rec.NetNS) {
 			rec.NetNS = ""
@@ -118,8 +125,11 @@ func (r *Runner) checkMultus(ctx context.Context, containerID, netns, ifName, cn
 		for i := range m.Attachments {
 			att := &m.Attachments[i]
 			list, err := confList(att)
+			if err == nil {
+				err = cacheKeys(containerID, list.Name, att.IfName)
+			}
 			if err != nil {
-				return true, netconf.Invalid("%v", err)
+				return true, netconf.Invalid("check network %s on %q (attached by Multus): %v", att.DisplayName(), att.IfName, err)
 			}
 			if ok, _ := version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0"); !ok {
 				continue

@@ -49,6 +49,10 @@ type Runner struct {
 	// libcni whose cache dir is MultusDir; nil turns MultusDir off too.
 	MultusDir string
 	CNIFor    func(cacheDir string) libcni.CNI
+	// AllowedPluginTypes is the node's allowedPluginTypes, which the
+	// networks Multus attached from a NAD are held to, as at ADD
+	// (multus.Options).
+	AllowedPluginTypes []string
 	// Prestart, when set, is the Exec that CNI runs plugins with: ADD and
 	// DEL tell it the plugin calls to expect, so that it can start each
 	// process before its turn. CNI must then be a *libcni.CNIConfig.
@@ -188,6 +192,17 @@ func confList(att *netconf.Attachment) (*libcni.NetworkConfigList, error) {
 		return nil, fmt.Errorf("parse config of network %s: no plugins", att.DisplayName())
 	}
 	return list, nil
+}
+
+// isNodeNetNS reports whether path is this process's own network namespace:
+// the node's, in the binary and in the daemon alike (hostNetwork).
+func isNodeNetNS(path string) bool {
+	if path == "" {
+		return false
+	}
+	a, errA := os.Stat(path)
+	b, errB := os.Stat("/proc/self/ns/net")
+	return errA == nil && errB == nil && os.SameFile(a, b)
 }
 
 // netnsGone reports whether a netns path no longer exists. Delegates are then

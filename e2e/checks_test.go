@@ -39,7 +39,7 @@ func links(t *testing.T, netns ns.NetNS) map[string]link {
 	t.Helper()
 	out := map[string]link{}
 	err := netns.Do(func(ns.NetNS) error {
-		list, err := netlink.LinkList()
+		list, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}
@@ -71,7 +71,7 @@ func linkNames(t *testing.T, netns ns.NetNS) []string {
 	t.Helper()
 	var out []string
 	err := netns.Do(func(ns.NetNS) error {
-		list, err := netlink.LinkList()
+		list, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}

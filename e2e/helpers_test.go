@@ -94,7 +94,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cp := controlPlane(t)
+	return newEnvOn(t, controlPlane(t))
+}
+
+// newEnvOn is newEnv on the control plane cp.
+func newEnvOn(t *testing.T, cp *controlplane.ControlPlane) *env {
+	t.Helper()
 	tmp := t.TempDir()
 	e := &env{
 		t:         t,
@@ -211,13 +216,17 @@ func (e *env) ctx() context.Context {
 	return ctx
 }
 
-// namespace creates a namespace with a unique name.
+// namespace creates a namespace with a unique name, ready for pods: on the
+// cluster plane, once its "default" ServiceAccount and root CA are there.
 func (e *env) namespace(prefix string) string {
 	e.t.Helper()
 	name := testenv.UniqueName(prefix)
 	_, err := e.k8s.CoreV1().Namespaces().Create(e.ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create namespace %s: %v", name, err)
+	}
+	if err := e.cp.WaitNamespaceReady(e.ctx(), name); err != nil {
+		e.t.Fatal(err)
 	}
 	return name
 }

@@ -37,7 +37,8 @@ const hotplugWait = 30 * time.Second
 // hotplugEnv is a thickEnv whose daemon watches the node's pods.
 type hotplugEnv struct {
 	*thickEnv
-	metrics string // the daemon's metrics address
+	metrics    string // the daemon's metrics address
+	kubeconfig string // the daemon's --kubeconfig
 }
 
 func newHotplugEnv(t *testing.T) *hotplugEnv {
@@ -50,7 +51,17 @@ func newHotplugEnv(t *testing.T) *hotplugEnv {
 // is gone.
 func newHotplugEnvBin(t *testing.T, fallback bool) *hotplugEnv {
 	t.Helper()
-	e := &hotplugEnv{thickEnv: &thickEnv{env: newEnv(t)}}
+	return newHotplugEnvWith(t, fallback, "")
+}
+
+// newHotplugEnvWith is newHotplugEnvBin whose daemon's --kubeconfig is
+// kubeconfig ("" for the env's).
+func newHotplugEnvWith(t *testing.T, fallback bool, kubeconfig string) *hotplugEnv {
+	t.Helper()
+	e := &hotplugEnv{thickEnv: &thickEnv{env: newEnv(t)}, kubeconfig: kubeconfig}
+	if e.kubeconfig == "" {
+		e.kubeconfig = e.cp.KubeconfigPath
+	}
 	e.thick = testenv.NewRuntime(t, testenv.ThickBinDir(t, fallback))
 	e.socket = filepath.Join(t.TempDir(), "run", "manifold.sock")
 	e.metrics = freeAddr(t)
@@ -63,7 +74,7 @@ func newHotplugEnvBin(t *testing.T, fallback bool) *hotplugEnv {
 func (e *hotplugEnv) startDaemon() {
 	e.t.Helper()
 	d, err := testenv.RunDaemon(testenv.Manifold(e.t), e.socket, os.Stderr, "--bin-dir", e.thick.BinDir, "--cni-dir", e.cniDir,
-		"--conf-dir", e.confDir, "--kubeconfig", e.cp.KubeconfigPath, "--log-file", e.logFile,
+		"--conf-dir", e.confDir, "--kubeconfig", e.kubeconfig, "--log-file", e.logFile,
 		"--node-name", "e2e-node", "--metrics-address", e.metrics)
 	if err != nil {
 		e.t.Fatal(err)
@@ -163,6 +174,23 @@ func addrIn(t *testing.T, sb *sandbox, ifname string, s subnet) bool {
 		}
 	}
 	return false
+}
+
+// healthz is the daemon's /healthz: its status code and body. The daemon
+// listens there shortly after it listens on its socket.
+func (e *hotplugEnv) healthz() (int, string) {
+	e.t.Helper()
+	res, err := http.Get("http://" + e.metrics + "/healthz")
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		res, err = http.Get("http://" + e.metrics + "/healthz")
+	}
+	if err != nil {
+		e.t.Fatalf("/healthz: %v", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
 }
 
 // metric reads one sample of the daemon's metrics endpoint (0 when absent).
@@ -297,6 +325,53 @@ func newMvPod(t *testing.T) (e *hotplugEnv, pod *corev1.Pod, conf *libcni.Networ
 	e.mustAdd(conf, box)
 	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
 	return e, pod, conf, box, sm, sb
+}
+
+// TestHotplugKubeconfigLate: the daemon starts before the kubeconfig it is
+// given exists, as when the installer that writes it starts with the daemon.
+// Until the file appears, /healthz answers 503 saying that hot-plug is not
+// running, and manifold_daemon_hotplug_running is 0; then the pod watch is
+// set up (its set-up is tried again, with growing waits) and a change of a
+// pod's networks is made. Before, hot-plug stayed off for good and /healthz
+// answered 200.
+func TestHotplugKubeconfigLate(t *testing.T) {
+	late := filepath.Join(t.TempDir(), "manifold.kubeconfig")
+	e := newHotplugEnvWith(t, false, late)
+	if code, body := e.healthz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "hot-plug is not running") {
+		t.Errorf("/healthz without the kubeconfig = %d %q, want 503 saying that hot-plug is not running", code, body)
+	}
+	if got := e.metric("manifold_daemon_hotplug_running"); got != 0 {
+		t.Errorf("manifold_daemon_hotplug_running without the kubeconfig = %v, want 0", got)
+	}
+	kc, err := os.ReadFile(e.cp.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(late, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for code, body := e.healthz(); code != http.StatusOK; code, body = e.healthz() {
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz 2 minutes after the kubeconfig appeared = %d %q, want 200", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := e.metric("manifold_daemon_hotplug_running"); got != 1 {
+		t.Errorf("manifold_daemon_hotplug_running once set up = %v, want 1", got)
+	}
+
+	sm := nextSubnet()
+	e.nad(e.ns, "mv", e.macvlanConf("", sm))
+	pod := e.pod(e.ns, nil)
+	conf := e.thickConf(map[string]any{"kubeconfig": late})
+	box := e.thickSandbox(pod, conf)
+	e.mustAdd(conf, box)
+	e.waitStatus(pod, "eth0="+clusterName)
+	e.setNetworks(pod, "mv")
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
+	e.mustDel(conf, box)
+	e.checkNothingLeft(box)
 }
 
 // A change made while the daemon is down is made when it starts again.

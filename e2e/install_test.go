@@ -33,8 +33,8 @@ import (
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-// node is one Kubernetes node as the manifold DaemonSet's pod sees it, laid
-// out under a temp dir: root stands for the host's "/", and volumes for the
+// node is one Kubernetes node as the manifold DaemonSet's pod (its
+// container "install") sees it, laid out under a temp dir: root stands for the host's "/", and volumes for the
 // kubelet's directory of the installer pod's volumes. Paths go through the
 // DaemonSet's own volumes and mounts, so a flag that names a path the pod
 // does not mount, or a mount of the wrong host dir, fails the test.
@@ -51,10 +51,11 @@ func newNode(t *testing.T, ds *appsv1.DaemonSet) *node {
 	t.Helper()
 	tmp := t.TempDir()
 	n := &node{t: t, root: filepath.Join(tmp, "host"), volumes: filepath.Join(tmp, "pod-volumes"), spec: ds.Spec.Template.Spec}
-	if len(n.spec.Containers) != 1 {
-		t.Fatalf("DaemonSet has %d containers, want the installer only", len(n.spec.Containers))
+	i := slices.IndexFunc(n.spec.Containers, func(c corev1.Container) bool { return c.Name == "install" })
+	if i < 0 {
+		t.Fatalf("DaemonSet %s has no container \"install\"", ds.Name)
 	}
-	n.c = n.spec.Containers[0]
+	n.c = n.spec.Containers[i]
 	for _, v := range n.spec.Volumes {
 		// The DaemonSet asks for DirectoryOrCreate, so the kubelet makes them.
 		if v.HostPath != nil {

@@ -56,7 +56,9 @@ func TestInstallerTokenOutlivesItsPod(t *testing.T) {
 	if pod, err = e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create installer pod: %v", err)
 	}
-	t.Cleanup(func() { e.k8s.CoreV1().Pods(saNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		e.k8s.CoreV1().Pods(saNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
 	podToken := mintToken(t, cp, pod, n.tokenExpiration())
 	ca, err := os.ReadFile(cp.CAFile)
 	if err != nil {

@@ -3,10 +3,18 @@
 // NADs and pods, and manifold called through libcni in real network
 // namespaces with the CNI_ARGS containerd sends (DESIGN §9).
 //
-// One control plane serves the whole package. It is started by the first test
-// that needs it and stopped when the package ends, however it ends: normally,
-// on a failed test, or on SIGINT/SIGTERM. If the test binary dies outright,
-// the servers die with it (the harness sets Pdeathsig).
+// Two control planes serve the whole package, each started by the first test
+// that needs it: the bare one (etcd and kube-apiserver) for the tests that
+// drive manifold through libcni or containerd with pods bound to a node that
+// does not exist, and the cluster (with kube-scheduler, kube-controller-manager
+// and ServiceAccount admission) for the tests with a real kubelet. The bare
+// one stays bare because on a cluster those pods would not keep still: the
+// pod garbage collector deletes pods bound to a missing node after 40 s, the
+// scheduler would bind a test's unbound pods to a kubelet's node, and the
+// controllers' traffic would blur the API request counts that tests check.
+// Both are stopped when the package ends, however it ends: normally, on a
+// failed test, or on SIGINT/SIGTERM. If the test binary dies outright, the
+// servers die with it (the harness sets Pdeathsig).
 package e2e
 
 import (
@@ -27,12 +35,20 @@ import (
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-var shared struct {
+// sharedPlane is one control plane that the package's tests share.
+type sharedPlane struct {
+	name string
+	opts controlplane.Options
 	once sync.Once
 	mu   sync.Mutex
 	cp   *controlplane.ControlPlane
 	err  error
 }
+
+var (
+	sharedBare    = &sharedPlane{name: "control plane"}
+	sharedCluster = &sharedPlane{name: "cluster control plane", opts: controlplane.Options{Controllers: true}}
+)
 
 func TestMain(m *testing.M) {
 	sigs := make(chan os.Signal, 1)
@@ -48,62 +64,79 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	cleanBin()
 	if code != 0 {
-		shared.mu.Lock()
-		if shared.cp != nil {
-			fmt.Fprintf(os.Stderr, "e2e: control plane logs from %s:\n%s\n", shared.cp.Dir, shared.cp.LogTails())
+		for _, s := range []*sharedPlane{sharedBare, sharedCluster} {
+			s.mu.Lock()
+			if s.cp != nil {
+				fmt.Fprintf(os.Stderr, "e2e: %s logs from %s:\n%s\n", s.name, s.cp.Dir, s.cp.LogTails())
+			}
+			s.mu.Unlock()
 		}
-		shared.mu.Unlock()
 	}
 	stopShared()
 	os.Exit(code)
 }
 
 func stopShared() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.cp != nil {
-		shared.cp.Stop()
+	for _, s := range []*sharedPlane{sharedBare, sharedCluster} {
+		s.mu.Lock()
+		if s.cp != nil {
+			s.cp.Stop()
+		}
+		s.mu.Unlock()
 	}
 }
 
-// controlPlane returns the package's control plane, starting it (and
-// installing the NAD CRD) on first use. Without root, or without the server
-// binaries, the test is skipped, except under MANIFOLD_REQUIRE_PRIVILEGED=1
-// where that is a failure; any other start failure fails every test.
-func controlPlane(t *testing.T) *controlplane.ControlPlane {
+// controlPlane returns the package's bare control plane (etcd and
+// kube-apiserver), starting it on first use.
+func controlPlane(t *testing.T) *controlplane.ControlPlane { return sharedBare.get(t) }
+
+// clusterPlane returns the package's control plane with kube-scheduler,
+// kube-controller-manager and ServiceAccount admission, starting it on first
+// use. A pod made in a new namespace there needs the namespace's "default"
+// ServiceAccount first (env.namespace waits for it).
+func clusterPlane(t *testing.T) *controlplane.ControlPlane { return sharedCluster.get(t) }
+
+// get returns the shared control plane, starting it (and installing the NAD
+// CRD) on first use. Without root, or without the server binaries, the test
+// is skipped, except under MANIFOLD_REQUIRE_PRIVILEGED=1 where that is a
+// failure; any other start failure fails every test that asks for it.
+func (s *sharedPlane) get(t *testing.T) *controlplane.ControlPlane {
 	t.Helper()
 	testenv.RequirePrivileged(t)
-	shared.once.Do(func() {
-		// A cold build of the binaries takes about ten minutes.
-		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	s.once.Do(func() {
+		// A cold build of the binaries takes many minutes: kube-apiserver
+		// alone took 26 on a loaded 2-core machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 		defer cancel()
 		start := time.Now()
 		bins, err := controlplane.FindBinaries(ctx)
 		if err != nil {
-			shared.err = err
+			s.err = err
 			return
 		}
-		cp, err := controlplane.Start(ctx, controlplane.Options{Binaries: bins})
+		opts := s.opts
+		opts.Binaries = bins
+		cp, err := controlplane.Start(ctx, opts)
 		if err != nil {
-			shared.err = err
+			s.err = err
 			return
 		}
-		shared.mu.Lock()
-		shared.cp = cp
-		shared.mu.Unlock()
+		s.mu.Lock()
+		s.cp = cp
+		s.mu.Unlock()
 		if err := cp.InstallCRD(ctx); err != nil {
-			shared.err = err
+			s.err = err
 			return
 		}
-		t.Logf("control plane at %s ready in %s", cp.URL, time.Since(start).Round(time.Millisecond))
+		t.Logf("%s at %s ready in %s", s.name, cp.URL, time.Since(start).Round(time.Millisecond))
 	})
-	if shared.err != nil {
-		if errors.Is(shared.err, controlplane.ErrBinariesUnavailable) && os.Getenv("MANIFOLD_REQUIRE_PRIVILEGED") != "1" {
-			t.Skipf("control plane binaries: %v", shared.err)
+	if s.err != nil {
+		if errors.Is(s.err, controlplane.ErrBinariesUnavailable) && os.Getenv("MANIFOLD_REQUIRE_PRIVILEGED") != "1" {
+			t.Skipf("%s binaries: %v", s.name, s.err)
 		}
-		t.Fatalf("start control plane: %v", shared.err)
+		t.Fatalf("start %s: %v", s.name, s.err)
 	}
-	return shared.cp
+	return s.cp
 }
 
 // buildManifoldOnce builds manifold for the whole package when MANIFOLD_BIN

@@ -1,9 +1,10 @@
 package e2e
 
-// A real node (issue 23): a kubelet joins the shared API server on the
+// A real node (issue 23): a kubelet joins the package's cluster plane
+// (kube-scheduler, kube-controller-manager, ServiceAccount admission) on the
 // runtime tier's containerd, and the tests make pods with client-go as a user
-// does (no scheduler here: a pod names its node). In daemon mode the daemon
-// runs as a process beside the kubelet.
+// does. Their pods name the node; a DaemonSet's pod is bound by the
+// scheduler. In daemon mode the daemon runs as a process beside the kubelet.
 
 import (
 	"context"
@@ -46,7 +47,7 @@ func newKubeNode(t *testing.T, daemon bool) *kubeNode {
 		}
 		t.Skip("no kubelet (MANIFOLD_KUBELET is unset)")
 	}
-	n := &kubeNode{criEnv: newCRIEnv(t, daemon), name: testenv.UniqueName("node-")}
+	n := &kubeNode{criEnv: newCRIEnv(t, daemon, clusterPlane(t)), name: testenv.UniqueName("node-")}
 	// The cluster tier (e2e/cluster), a test binary of its own, may hold the
 	// machine's one kubelet for its whole run: wait for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -82,6 +83,7 @@ func nodeCases(t *testing.T, daemon bool) {
 		{"readiness", nodeReadiness},
 		{"missing NAD", nodeMissingNAD},
 		{"10 pods", nodeTenPods},
+		{"DaemonSet", nodeDaemonSet},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(n.sub(t)) }) {
 			return

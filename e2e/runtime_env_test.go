@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/e2e/crinode"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
@@ -57,10 +58,11 @@ func nodeBinaries(t *testing.T) crinode.Binaries {
 	return bins
 }
 
-func newCRIEnv(t *testing.T, daemonMode bool) *criEnv {
+// newCRIEnv makes the node on the control plane cp.
+func newCRIEnv(t *testing.T, daemonMode bool, cp *controlplane.ControlPlane) *criEnv {
 	t.Helper()
 	bins := nodeBinaries(t)
-	e := &criEnv{env: newEnv(t), daemonMode: daemonMode, net1: nextSubnet(), net1Br: testenv.UniqueName("mfcri")}
+	e := &criEnv{env: newEnvOn(t, cp), daemonMode: daemonMode, net1: nextSubnet(), net1Br: testenv.UniqueName("mfcri")}
 	tmp := t.TempDir()
 	t.Cleanup(func() { testenv.DeleteLink(e.net1Br) })
 	net1Path := filepath.Join(tmp, "net1.conflist")

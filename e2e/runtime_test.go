@@ -25,7 +25,7 @@ func TestRuntimeThin(t *testing.T)   { runtimeCases(t, false) }
 func TestRuntimeDaemon(t *testing.T) { runtimeCases(t, true) }
 
 func runtimeCases(t *testing.T, daemon bool) {
-	e := newCRIEnv(t, daemon)
+	e := newCRIEnv(t, daemon, controlPlane(t))
 	cases := []struct {
 		name string
 		run  func(*criEnv)

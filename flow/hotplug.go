@@ -77,30 +77,43 @@ func (p *Plugin) Reconcile(ctx context.Context, containerID string, pod *k8sclie
 	if p.node == nil {
 		return out, errors.New("hot-plug runs in the node daemon only")
 	}
+	// The diff needs the record's summary only: a pod whose annotation asks
+	// for nothing new costs a few KiB of the record, not its configs
+	// (up to scratch.MaxRecordBytes).
 	store := &scratch.Store{Dir: p.node.CNIDir}
-	rec, err := store.Load(containerID)
-	switch {
-	case err != nil:
+	sum, err := store.LoadSummary(containerID)
+	if err != nil {
 		return out, err
-	case rec == nil:
-		out.Skipped = "no record"
+	}
+	if out.Skipped = skipReason(sum, pod); out.Skipped != "" {
 		return out, nil
-	case rec.Pod.UID != pod.UID || rec.Pod.Namespace != pod.Namespace || rec.Pod.Name != pod.Name:
-		out.Skipped = "record of another pod"
-		return out, nil
-	case len(rec.Config) == 0:
-		out.Skipped = "record from before hot-plug"
+	}
+	sels, parseErr := netconf.ParseNetworksAnnotation(pod.Annotations[annotNetworks], pod.Namespace)
+	if parseErr == nil {
+		if removes, adds := diffRequests(sum.Attachments, sels); len(removes) == 0 && len(adds) == 0 {
+			return out, nil
+		}
+	}
+	// A change to make, or an annotation to refuse: the whole record.
+	rec, err := store.Load(containerID)
+	if err != nil {
+		return out, err
+	}
+	var full *scratch.Summary
+	if rec != nil {
+		full = scratch.Summarize(rec)
+	}
+	if out.Skipped = skipReason(full, pod); out.Skipped != "" {
 		return out, nil
 	}
 	h, err := p.hotplugCall(rec, pod)
 	if err != nil {
 		return out, err
 	}
-	sels, err := netconf.ParseNetworksAnnotation(pod.Annotations[annotNetworks], pod.Namespace)
-	if err != nil {
-		return out, h.refuse(ctx, "", err)
+	if parseErr != nil {
+		return out, h.refuse(ctx, "", parseErr)
 	}
-	removes, adds := diffRequests(rec.Attachments, sels)
+	removes, adds := diffRequests(full.Attachments, sels)
 	if len(removes) == 0 && len(adds) == 0 {
 		return out, nil
 	}
@@ -142,6 +155,20 @@ func (p *Plugin) Reconcile(ctx context.Context, containerID string, pod *k8sclie
 	return out, nil
 }
 
+// skipReason says why a container's record is not hot-plugged ("" when it
+// is): there is none, it is another pod's, or it predates hot-plug.
+func skipReason(sum *scratch.Summary, pod *k8sclient.Pod) string {
+	switch {
+	case sum == nil:
+		return "no record"
+	case sum.Pod.UID != pod.UID || sum.Pod.Namespace != pod.Namespace || sum.Pod.Name != pod.Name:
+		return "record of another pod"
+	case !sum.HasConfig:
+		return "record from before hot-plug"
+	}
+	return ""
+}
+
 // hotplugCall builds what the steps need from the record's config, with the
 // daemon's node paths, as a call from the shim would have them.
 func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugCall, error) {
@@ -149,7 +176,7 @@ func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugC
 	if err != nil {
 		return nil, fmt.Errorf("the config recorded for container %s: %w", rec.ContainerID, err)
 	}
-	if err := p.node.apply(rec.Config, conf); err != nil {
+	if err := p.node.Apply(rec.Config, conf); err != nil {
 		return nil, fmt.Errorf("the config recorded for container %s: %w", rec.ContainerID, err)
 	}
 	log, _ := newLogger(conf, p.stderr, p.logs) // the daemon's log files stay open
@@ -179,7 +206,7 @@ func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugC
 // the entries that no attachment answers, in the annotation's order. The
 // default network, and what the config attaches (defaultNetworks), are
 // never part of it.
-func diffRequests(recorded []netconf.Attachment, sels []netconf.NetworkSelection) (removes []string, adds []netconf.NetworkSelection) {
+func diffRequests(recorded []scratch.AttachmentSummary, sels []netconf.NetworkSelection) (removes []string, adds []netconf.NetworkSelection) {
 	used := make([]bool, len(recorded))
 	for _, sel := range sels {
 		key := netconf.SelectionKey(sel)

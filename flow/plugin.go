@@ -35,7 +35,7 @@ type Plugin struct {
 	hostRoot string
 	// node is the daemon's node paths (--bin-dir, ...), which override the
 	// request's config; nil in the binary, whose config is the runtime's own.
-	node *NodePaths
+	node *netconf.NodePaths
 	// devices asks the kubelet for a pod's devices; nil: execPodDevices.
 	devices PodDevices
 	// onTimeout, in a daemon call, learns the call's callTimeout once its
@@ -74,7 +74,7 @@ func New() *Plugin {
 // remembered, and newAPI hands out the daemon's long-lived API clients.
 // Delegates run chrooted into hostRoot when it is set; node, when set, fixes
 // the node-level keys of every call's config.
-func NewShared(hostRoot string, node *NodePaths, newAPI func(*netconf.Config) (API, error)) *Plugin {
+func NewShared(hostRoot string, node *netconf.NodePaths, newAPI func(*netconf.Config) (API, error)) *Plugin {
 	p := New()
 	p.hostRoot = hostRoot
 	p.node = node
@@ -139,7 +139,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		return nil, err
 	}
 	if p.node != nil {
-		if err := p.node.apply(args.StdinData, conf); err != nil {
+		if err := p.node.Apply(args.StdinData, conf); err != nil {
 			return nil, err
 		}
 	}
@@ -186,6 +186,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		RetryDeleteOnError: conf.RetryDeleteOnError,
 		MultusDir:          conf.MultusDir(),
 		CNIFor:             func(dir string) libcni.CNI { return delegate.NewCNI(conf.BinDir, cniPath, dir, ex) },
+		AllowedPluginTypes: conf.AllowedPluginTypes,
 	}
 	if c.exec != nil && conf.PrestartDelegates() {
 		c.runner.Prestart = c.exec

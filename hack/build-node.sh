@@ -52,6 +52,9 @@ build_kubelet() (
 )
 
 source "$(dirname "$0")/progress.sh"
+# Parallel test packages and parallel make runs each call this script; two
+# builds at once would write the same files.
+lock_cache "$CACHE/.build-node.lock"
 
 [ -x "$containerd_dir/containerd-shim-runc-v2" ] || timed "containerd $CONTAINERD_VERSION" build_containerd
 [ -x "$kubelet" ] || timed "kubelet $K8S_VERSION" build_kubelet

@@ -11,8 +11,13 @@
 # delegate, and so the benchmark's reference, slower than on a node.
 set -euo pipefail
 export CGO_ENABLED=0
+source "$(dirname "$0")/progress.sh"
 cd "$(dirname "$0")/.."
 CACHE=${MANIFOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/manifold}
+mkdir -p "$CACHE"
+# Parallel test packages and parallel make runs each call this script; two
+# builds at once would write the same files.
+lock_cache "$CACHE/.build-plugins.lock"
 pv=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 cv=$(go list -m -f '{{.Version}}' github.com/containernetworking/cni)
 dir=$CACHE/cni-plugins-$pv-cni-$cv-static

@@ -43,6 +43,8 @@ func generateConfig(p *Primary, o *Options, m *multusConfig) ([]byte, error) {
 	for key, v := range map[string]string{
 		"daemonSocket":           o.DaemonSocket,
 		"cniDir":                 o.CNIDir,
+		"confDir":                o.ConfDir,
+		"multusCNIDir":           o.MultusCNIDir,
 		"logLevel":               o.LogLevel,
 		"logFile":                o.LogFile,
 		"globalNamespaces":       o.GlobalNamespaces,
@@ -74,7 +76,7 @@ func generateConfig(p *Primary, o *Options, m *multusConfig) ([]byte, error) {
 	for key, v := range extra {
 		plugin[key] = v
 	}
-	if err := checkPlugin(plugin, p.CNIVersion, o.NetworkName); err != nil {
+	if err := checkPlugin(plugin, p.CNIVersion, o.NetworkName, o.daemonPaths()); err != nil {
 		return nil, err
 	}
 	list := struct {
@@ -92,11 +94,13 @@ func generateConfig(p *Primary, o *Options, m *multusConfig) ([]byte, error) {
 }
 
 // checkPlugin runs the plugin config through manifold's own parser, as libcni
-// will hand it over (with the list's name and cniVersion). A config that
-// manifold rejects would fail every pod on the node, so it is never installed:
-// a bad flag, a bad --additional-config value or a primary with a cniVersion
-// manifold does not support is an error here instead.
-func checkPlugin(plugin map[string]any, cniVersion, name string) error {
+// will hand it over (with the list's name and cniVersion), and in thick mode
+// (node non-nil) through the daemon's check of its node paths. A config that
+// manifold or the daemon rejects would fail every pod on the node, so it is
+// never installed: a bad flag, a bad --additional-config value, a node path
+// the daemon does not serve, or a primary with a cniVersion manifold does not
+// support is an error here instead.
+func checkPlugin(plugin map[string]any, cniVersion, name string, node *netconf.NodePaths) error {
 	conf := make(map[string]any, len(plugin)+2)
 	for k, v := range plugin {
 		conf[k] = v
@@ -106,8 +110,14 @@ func checkPlugin(plugin map[string]any, cniVersion, name string) error {
 	if err != nil {
 		return fmt.Errorf("encode manifold config: %w", err)
 	}
-	if _, err := netconf.ParseConfig(stdin); err != nil {
+	parsed, err := netconf.ParseConfig(stdin)
+	if err != nil {
 		return fmt.Errorf("generated config would be refused by manifold: %w", err)
+	}
+	if node != nil {
+		if err := node.Apply(stdin, parsed); err != nil {
+			return fmt.Errorf("generated config would be refused by the node daemon: %w", err)
+		}
 	}
 	return nil
 }

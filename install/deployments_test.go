@@ -8,6 +8,7 @@ import (
 	"flag"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -218,9 +219,10 @@ func TestDaemonSetThick(t *testing.T) {
 	}
 
 	// The daemon is `manifold daemon --socket S --host-root R` and its node
-	// paths, S being the config's socket. The flags and their defaults are
-	// the daemon's (cmd/manifold/daemon.go, nodepaths.go).
-	var node map[string]*string
+	// paths, S being the config's socket. The node paths' flags and their
+	// defaults are the daemon's own (netconf.NodePaths.RegisterFlags).
+	var node *netconf.NodePaths
+	var metricsAddr string
 	daemonFlags := func(pod string) (socket, hostRoot string) {
 		cmd := expandArgs(t, daemon, pod)
 		if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
@@ -232,13 +234,9 @@ func TestDaemonSetThick(t *testing.T) {
 		fs.StringVar(&hostRoot, "host-root", "", "")
 		fs.Int("max-calls", 128, "")
 		fs.Duration("shutdown-timeout", 20*time.Second, "")
-		node = map[string]*string{
-			"binDir":     fs.String("bin-dir", netconf.DefaultBinDir, ""),
-			"cniDir":     fs.String("cni-dir", netconf.DefaultCNIDir, ""),
-			"confDir":    fs.String("conf-dir", netconf.DefaultConfDir, ""),
-			"kubeconfig": fs.String("kubeconfig", "", ""),
-			"logFile":    fs.String("log-file", "", ""),
-		}
+		fs.StringVar(&metricsAddr, "metrics-address", "", "")
+		node = &netconf.NodePaths{}
+		node.RegisterFlags(fs)
 		if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
 			t.Fatalf("daemon args %q: %v (stray: %q)", cmd[2:], err, fs.Args())
 		}
@@ -248,13 +246,20 @@ func TestDaemonSetThick(t *testing.T) {
 	if socket != o.DaemonSocket {
 		t.Errorf("the daemon listens on %s, the config sends the shim to %s", socket, o.DaemonSocket)
 	}
-	// The liveness probe is `manifold daemon --probe` on the same socket.
-	if p := daemon.LivenessProbe; p == nil || p.Exec == nil {
-		t.Error("the daemon has no exec liveness probe")
-	} else if cmd := p.Exec.Command; len(cmd) < 3 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" || !slices.Contains(cmd, "--probe") ||
-		!slices.Contains(cmd, socket) || p.TimeoutSeconds < 6 {
-		t.Errorf("liveness probe %q (timeout %ds), want %s daemon --probe --socket %s with a timeout of at least 6s (the probe's own is 5s)",
-			cmd, p.TimeoutSeconds, DefaultOptions().Binary, socket)
+	// The liveness probe is the kubelet's GET of /livez on the daemon's
+	// metrics address, on loopback (it is unauthenticated), which makes the
+	// probe's VERSION call through the socket from inside the daemon. An exec
+	// probe started a process in the container each time, and under a pod
+	// storm runc's exec alone passed the timeout and the daemon was restarted.
+	host, port, err := net.SplitHostPort(metricsAddr)
+	if err != nil || !net.ParseIP(host).IsLoopback() {
+		t.Errorf("the daemon's --metrics-address %q, want a loopback host:port", metricsAddr)
+	}
+	if p := daemon.LivenessProbe; p == nil || p.HTTPGet == nil {
+		t.Error("the daemon has no HTTP liveness probe")
+	} else if g := p.HTTPGet; g.Path != "/livez" || g.Host != host || g.Port.String() != port || p.TimeoutSeconds < 6 || p.FailureThreshold < 3 {
+		t.Errorf("liveness probe GET %s:%s%s (timeout %ds, %d failures), want GET %s/livez with a timeout of at least 6s (the check's own is 5s) and 3 failures",
+			g.Host, g.Port.String(), g.Path, p.TimeoutSeconds, p.FailureThreshold, metricsAddr)
 	}
 	// In a rollout with surge the new pod's daemon waits on the old one's
 	// socket until the old one has stopped, and the config that the old
@@ -306,11 +311,14 @@ func TestDaemonSetThick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The daemon refuses a config whose node paths differ from its flags.
-	for key, conf := range map[string]string{"binDir": cfg.BinDir, "cniDir": cfg.CNIDir, "confDir": cfg.ConfDir, "kubeconfig": cfg.Kubeconfig, "logFile": cfg.LogFile} {
-		if *node[key] != conf {
-			t.Errorf("the installer's config has %s %q, the daemon's flag says %q: the daemon would refuse every call", key, conf, *node[key])
-		}
+	// The daemon refuses a config whose node paths differ from its flags:
+	// its own check, on the config the installer writes, and the daemon's
+	// flags as the installer describes them.
+	if err := node.Apply(stdin, cfg); err != nil {
+		t.Errorf("the daemon would refuse every call of the installer's config: %v", err)
+	}
+	if got, want := *node, *o.daemonPaths(); got != want {
+		t.Errorf("the daemon runs with node paths %+v, the installer writes its config for %+v", got, want)
 	}
 	paths := []struct {
 		key, path string

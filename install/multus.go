@@ -30,6 +30,12 @@ var multusCarried = []string{
 	"logToStderr", "logOptions", "retryDeleteOnError", "confDir",
 }
 
+// multusNodeKeys are the carried keys that are node paths. In thick mode
+// they are the node daemon's (its --conf-dir and --multus-cni-dir), which
+// refuses a config that names others: Multus's values are not carried there,
+// and the installer says so (multusConfig.notCarried).
+var multusNodeKeys = map[string]string{"confDir": "conf-dir", "multusCNIDir": "multus-cni-dir"}
+
 // multusConfig is what the installer takes from Multus's config.
 type multusConfig struct {
 	file       string         // the file it was read from (maybe already renamed)
@@ -135,7 +141,8 @@ func parseMultus(name string, data []byte) (*multusConfig, bool) {
 
 // applyMultus puts Multus's keys into manifold's plugin config. A flag the
 // admin set to something other than its default wins over Multus's value;
-// --additional-config, applied after, wins over both.
+// --additional-config, applied after, wins over both. In thick mode the node
+// keys stay the daemon's.
 func applyMultus(plugin map[string]any, m *multusConfig, o *Options) {
 	def := DefaultOptions()
 	flagSet := map[string]bool{
@@ -146,10 +153,12 @@ func applyMultus(plugin map[string]any, m *multusConfig, o *Options) {
 		"namespaceIsolation":     o.NamespaceIsolation,
 		"systemNamespaces":       o.SystemNamespaces.set,
 		"defaultNetworks":        len(o.DefaultNetworks.values) > 0,
+		"confDir":                o.ConfDir != "",
+		"multusCNIDir":           o.MultusCNIDir != "",
 	}
-	for k, v := range m.keys {
+	for _, k := range m.carried(o) {
 		if !flagSet[k] {
-			plugin[k] = v
+			plugin[k] = m.keys[k]
 		}
 	}
 	if m.keys["clusterNetwork"] == nil && m.keys["delegates"] != nil {
@@ -170,12 +179,49 @@ func multusPrimary(m *multusConfig) (*Primary, error) {
 	return &Primary{Name: m.file, CNIVersion: m.cniVersion, Capabilities: m.caps}, nil
 }
 
+// carried are the names of the keys that manifold's config takes from
+// Multus's, sorted: in thick mode, not the node paths.
+func (m *multusConfig) carried(o *Options) []string {
+	var out []string
+	for _, k := range sortedKeyNames(m.keys) {
+		if _, isNodeKey := multusNodeKeys[k]; !isNodeKey || !o.thick() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// notCarried are, in thick mode, Multus's node keys whose values differ from
+// the node daemon's, as "key=value" pairs with the daemon's flag: the
+// takeover's log says what it did not carry, and what to do about it.
+func (m *multusConfig) notCarried(o *Options) []string {
+	node := o.daemonPaths()
+	if m == nil || node == nil {
+		return nil
+	}
+	daemon := map[string]string{"confDir": node.ConfDir, "multusCNIDir": node.MultusCNIDir}
+	var out []string
+	for _, k := range sortedKeyNames(m.keys) {
+		flag, isNodeKey := multusNodeKeys[k]
+		v, _ := m.keys[k].(string)
+		if isNodeKey && filepath.Clean(v) != filepath.Clean(daemon[k]) {
+			out = append(out, fmt.Sprintf("%s=%s (the daemon's --%s is %s)", k, v, flag, daemon[k]))
+		}
+	}
+	return out
+}
+
 // disableMultus renames every Multus config the runtime could still load, once
 // manifold's own is in place. Renaming over an earlier renamed copy is fine:
 // the newest is kept.
 func (in *installer) disableMultus(m *multusConfig) error {
 	if m == nil {
 		return nil
+	}
+	if nc := m.notCarried(in.o); len(nc) > 0 && len(m.active) > 0 {
+		in.log.Warn("taking the node over from Multus in thick mode: Multus's node paths are not carried, the node daemon's flags decide; "+
+			"to keep using them, give both the installer and the daemon --conf-dir and --multus-cni-dir with Multus's values, and mount them in the daemon (docs/migration.md)",
+			"notCarried", strings.Join(nc, ", "))
 	}
 	var errs []error
 	for _, name := range m.active {
@@ -186,7 +232,7 @@ func (in *installer) disableMultus(m *multusConfig) error {
 			continue
 		}
 		in.log.Info("took the node over from Multus: moved its config out of the runtime's way", "from", from, "to", to,
-			"carriedOver", strings.Join(sortedKeyNames(m.keys), ","))
+			"carriedOver", strings.Join(m.carried(in.o), ","))
 	}
 	if len(errs) == 0 && len(m.active) > 0 {
 		errs = append(errs, syncDir(in.o.CNIConfDir))

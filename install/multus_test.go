@@ -1,11 +1,15 @@
 package install
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
+
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // multusConf is Multus's config as its thin DaemonSet writes it, with the keys
@@ -132,5 +136,98 @@ func TestRunTakesOverFromMultusDelegates(t *testing.T) {
 		}
 		_, err = os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conflist"+MultusDisabledSuffix))
 		return err
+	})
+}
+
+// TestRunTakesOverFromMultusThick: in thick mode, the config written on a
+// node taken over from Multus must be one the node daemon serves. Multus's
+// confDir and cniDir (a node path each: manifold's confDir and multusCNIDir)
+// are not carried, since the daemon fixes them with its own flags and
+// refuses a call whose config names others; the installer says so. The
+// daemon here is the DaemonSet's (deployments/daemonset-thick.yaml: its
+// --bin-dir, --cni-dir, --conf-dir and --kubeconfig, and the default
+// --multus-cni-dir), and the check is its own (netconf.NodePaths.Apply).
+// Before, the installer carried both keys, and the daemon answered every
+// ADD, DEL and CHECK on the node with code 7.
+func TestRunTakesOverFromMultusThick(t *testing.T) {
+	daemon := func(n *testNode) *netconf.NodePaths {
+		return &netconf.NodePaths{BinDir: n.o.HostCNIBinDir, CNIDir: "/var/lib/cni/manifold", ConfDir: "/etc/cni/manifold/net.d",
+			Kubeconfig: filepath.Join(n.o.HostCNIConfDir, "manifold.d", "manifold.kubeconfig"), MultusCNIDir: netconf.DefaultMultusCNIDir}
+	}
+	served := func(t *testing.T, n *testNode, node *netconf.NodePaths) map[string]any {
+		t.Helper()
+		var p map[string]any
+		var stdin []byte
+		eventually(t, "manifold's config is written and Multus's moved", func() error {
+			version, plugin, err := n.plugin()
+			if err != nil {
+				return err
+			}
+			p = plugin
+			p["cniVersion"], p["name"] = version, DefaultNetworkName
+			if stdin, err = json.Marshal(p); err != nil {
+				return err
+			}
+			_, err = os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conf"+MultusDisabledSuffix))
+			return err
+		})
+		conf, err := netconf.ParseConfig(stdin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Apply(stdin, conf); err != nil {
+			t.Errorf("the node daemon refuses the config the installer wrote: %v", err)
+		}
+		return p
+	}
+	thick := func(t *testing.T) *testNode {
+		n := newTestNode(t, true)
+		n.o.DaemonSocket = "/run/manifold/manifold.sock"
+		n.writeConf(t, "10-calico.conflist", calicoConflist)
+		n.writeConf(t, "00-multus.conf", strings.Replace(multusConf, `"cniDir"`, `"confDir": "/etc/cni/multus/net.d", "cniDir"`, 1))
+		return n
+	}
+
+	t.Run("the daemon's flags as shipped", func(t *testing.T) {
+		n := thick(t)
+		n.start(t)
+		p := served(t, n, daemon(n))
+		for _, k := range []string{"confDir", "multusCNIDir"} {
+			if v, ok := p[k]; ok {
+				t.Errorf("%s = %v: Multus's node path carried into a thick config", k, v)
+			}
+		}
+		if p["clusterNetwork"] != "/etc/cni/net.d/10-calico.conflist" || p["multusNamespace"] != "multus" {
+			t.Errorf("Multus's other keys not carried: %v", p)
+		}
+		eventually(t, "the installer says what it did not carry", func() error {
+			return logHas(n.logs, "confDir=/etc/cni/multus/net.d (the daemon's --conf-dir is /etc/cni/manifold/net.d)")
+		})
+		if err := logHas(n.logs, "multusCNIDir=/var/lib/cni/multus-custom (the daemon's --multus-cni-dir is /var/lib/cni/multus)"); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("the daemon given Multus's paths", func(t *testing.T) {
+		n := thick(t)
+		n.o.ConfDir, n.o.MultusCNIDir = "/etc/cni/multus/net.d", "/var/lib/cni/multus-custom"
+		node := daemon(n)
+		node.ConfDir, node.MultusCNIDir = n.o.ConfDir, n.o.MultusCNIDir
+		n.start(t)
+		p := served(t, n, node)
+		if p["confDir"] != n.o.ConfDir || p["multusCNIDir"] != n.o.MultusCNIDir {
+			t.Errorf("confDir %v, multusCNIDir %v; want the flags' %s and %s", p["confDir"], p["multusCNIDir"], n.o.ConfDir, n.o.MultusCNIDir)
+		}
+		if err := logHas(n.logs, "notCarried"); err == nil {
+			t.Error("the installer warned about node paths that it did carry")
+		}
+	})
+	t.Run("--additional-config with another node path", func(t *testing.T) {
+		o := DefaultOptions()
+		o.DaemonSocket = "/run/manifold/manifold.sock"
+		o.AdditionalConfig = `{"confDir": "/etc/cni/elsewhere"}`
+		err := o.validate()
+		if err == nil || !strings.Contains(err.Error(), "node daemon") || !strings.Contains(err.Error(), "confDir") {
+			t.Errorf("validate = %v, want an error saying the node daemon would refuse confDir", err)
+		}
 	})
 }

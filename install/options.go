@@ -6,6 +6,7 @@
 package install
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // Options is everything the installer needs. Paths come in two flavours: the
@@ -47,6 +50,8 @@ type Options struct {
 	// manifold config keys (DESIGN §2). Empty or unset ones are left out, so
 	// that manifold's own defaults apply.
 	CNIDir                 string
+	ConfDir                string
+	MultusCNIDir           string
 	LogLevel               string
 	LogFile                string
 	NamespaceIsolation     bool
@@ -152,6 +157,8 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.CAFile, "ca-file", o.CAFile, "the cluster CA bundle, copied to the host for manifold")
 	fs.StringVar(&o.APIServer, "api-server", o.APIServer, "API server URL for manifold's kubeconfig (default from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)")
 	fs.StringVar(&o.CNIDir, "cni-dir", o.CNIDir, "manifold's cniDir: scratch records and result cache on the host")
+	fs.StringVar(&o.ConfDir, "conf-dir", o.ConfDir, "manifold's confDir (a host path; default "+netconf.DefaultConfDir+"); in thick mode, the node daemon's --conf-dir")
+	fs.StringVar(&o.MultusCNIDir, "multus-cni-dir", o.MultusCNIDir, "manifold's multusCNIDir, where Multus's records are read (a host path, or \"none\"; default "+netconf.DefaultMultusCNIDir+"); in thick mode, the node daemon's --multus-cni-dir")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "manifold's logLevel: debug, verbose, warn, error")
 	fs.StringVar(&o.LogFile, "log-file", o.LogFile, "manifold's logFile (a host path)")
 	fs.BoolVar(&o.NamespaceIsolation, "namespace-isolation", o.NamespaceIsolation, "manifold's namespaceIsolation")
@@ -248,6 +255,30 @@ func (o *Options) additional() (map[string]json.RawMessage, error) {
 // thick reports whether the installer sets up thick mode: the runtime calls
 // manifold-shim, which passes the call to the node daemon.
 func (o *Options) thick() bool { return o.DaemonSocket != "" }
+
+// daemonPaths are, in thick mode, the node paths of the daemon that serves
+// the config, as the installer's flags describe it: the DaemonSet gives the
+// daemon's flags the same values (deployments/daemonset-thick.yaml; checked
+// by TestDaemonSetThick). The config the installer writes takes its node
+// keys from these, and is held to the daemon's check of them (checkPlugin),
+// so that it cannot name a path the daemon would refuse. nil in thin mode,
+// where manifold obeys the config's paths.
+func (o *Options) daemonPaths() *netconf.NodePaths {
+	if !o.thick() {
+		return nil
+	}
+	return &netconf.NodePaths{
+		BinDir:             o.HostCNIBinDir,
+		CNIDir:             cmp.Or(o.CNIDir, netconf.DefaultCNIDir),
+		ConfDir:            cmp.Or(o.ConfDir, netconf.DefaultConfDir),
+		Kubeconfig:         filepath.Join(o.hostCredDir(), kubeconfigName),
+		LogFile:            o.LogFile,
+		PodResourcesSocket: netconf.DefaultPodResourcesSocket,
+		DeviceCheckpoint:   netconf.DefaultDeviceCheckpoint,
+		DeviceInfoDir:      netconf.DefaultDeviceInfoDir,
+		MultusCNIDir:       cmp.Or(o.MultusCNIDir, netconf.DefaultMultusCNIDir),
+	}
+}
 
 // pluginType is the generated config's "type": the binary the runtime runs.
 func (o *Options) pluginType() string {

@@ -234,7 +234,7 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 	}
 	source = filepath.Join(in.o.CNIConfDir, p.Name)
 	if in.multus != nil {
-		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(sortedKeyNames(in.multus.keys), ",") + "), primary " + source
+		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(in.multus.carried(in.o), ",") + "), primary " + source
 	}
 	return data, source, nil
 }

@@ -173,11 +173,16 @@ func fromCacheOnly(rec *Record, cache []*cacheEntry, defaultIf string, opts Opti
 	})
 	for _, e := range sorted {
 		att, err := attachmentFromCache(e, "", "", opts)
+		if err == nil {
+			att.IsDefault = e.IfName == defaultIf
+			// No record says where it came from: all but the default
+			// network may have come from a NAD.
+			err = checkAttachment(&att, !att.IsDefault, opts)
+		}
 		if err != nil {
 			rec.Unexplained = append(rec.Unexplained, Unexplained{Index: -1, Network: e.NetworkName, IfName: e.IfName, File: e.file, Reason: err.Error()})
 			continue
 		}
-		att.IsDefault = e.IfName == defaultIf
 		rec.Attachments = append(rec.Attachments, att)
 		rec.Origins = append(rec.Origins, Origin{Source: FromCache, File: e.file})
 	}

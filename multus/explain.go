@@ -38,6 +38,11 @@ func explain(rec *Record, entries []rawEntry, cache []*cacheEntry, path string, 
 		if e.decodeErr != nil {
 			att, reasons = nil, []string{fmt.Sprintf("entry is not a Multus delegate: %v", e.decodeErr)}
 		}
+		if att != nil {
+			if err := checkAttachment(att, e.nad() != "", opts); err != nil {
+				att, reasons = nil, []string{err.Error()}
+			}
+		}
 		if att == nil {
 			name := e.nad()
 			if name == "" {

@@ -122,6 +122,11 @@ type Options struct {
 	// same with its own config's cniVersion. Empty leaves such a config
 	// unexplained.
 	CNIVersion string
+	// AllowedPluginTypes is the node's allowedPluginTypes: an entry that
+	// came from a NAD, or whose origin no record tells (a cache entry other
+	// than the default network's), must use only these plugin and IPAM
+	// types; nil allows any but a meta-plugin, which no entry may use.
+	AllowedPluginTypes []string
 }
 
 // Load reads Multus's state for one container from dir with default Options.

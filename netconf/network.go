@@ -36,6 +36,17 @@ type Network struct {
 	IPAMTypes []string
 }
 
+// ValidateNetworkName checks a CNI network name against libcni's rule. libcni
+// makes the name part of a cache file's path (results/<network>-<container>-<ifname>)
+// and checks it only at ADD, so a name read back from a file is checked here
+// before it reaches libcni again.
+func ValidateNetworkName(name string) error {
+	if !networkNameRE.MatchString(name) {
+		return fmt.Errorf("network name %q is not valid: it must start with a letter or digit, followed by letters, digits, '_', '.' or '-'", truncate(name, 80))
+	}
+	return nil
+}
+
 // ParseNetwork reads a single plugin config or a conflist. If the config has no
 // name, defaultName is injected (DESIGN §3: a NAD's name stands in for a missing one).
 func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
@@ -61,8 +72,8 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 	}
 	// libcni refuses such a name at ADD time (utils.ValidateNetworkName); refusing
 	// it here names the config instead of failing half-way through a pod's ADD.
-	if !networkNameRE.MatchString(name) {
-		return nil, fmt.Errorf("network name %q is not valid: it must start with a letter or digit, followed by letters, digits, '_', '.' or '-'", truncate(name, 80))
+	if err := ValidateNetworkName(name); err != nil {
+		return nil, err
 	}
 	if cniVersion == "" {
 		return nil, fmt.Errorf("network %q has no \"cniVersion\"", name)

@@ -25,11 +25,13 @@ func IsMetaPluginType(typ string) bool {
 	return slices.Contains(MetaPluginTypes, typ)
 }
 
-// checkPluginTypes applies the rules for networks from a NAD to n: no plugin
+// CheckPluginTypes applies the rules for networks from a NAD to n: no plugin
 // and no IPAM plugin may be a meta-plugin, and when allowed is set, each must
 // be in it. The IPAM type counts, because the plugin that reads it runs it
-// from the same bin dirs with the network's whole config on stdin.
-func checkPluginTypes(nad string, n *Network, allowed []string) error {
+// from the same bin dirs with the network's whole config on stdin. nad names
+// the network in the error (code 7). Networks that Multus attached from a
+// NAD are held to the same rules (package multus).
+func CheckPluginTypes(nad string, n *Network, allowed []string) error {
 	check := func(what string, i int, typ string) error {
 		if IsMetaPluginType(typ) {
 			return Invalid("network %s: plugin %d %s %q is a meta-plugin; a network from a NAD may not run manifold or Multus, which would obey the NAD's own binDir, cniDir, logFile and kubeconfig as root (docs/security.md)", nad, i, what, typ)

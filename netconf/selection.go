@@ -40,7 +40,7 @@ func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config
 	if err != nil {
 		return Attachment{}, nil, err
 	}
-	if err := checkPluginTypes(nad, n, conf.AllowedPluginTypes); err != nil {
+	if err := CheckPluginTypes(nad, n, conf.AllowedPluginTypes); err != nil {
 		return Attachment{}, nil, err
 	}
 	if len(sel.CNIArgs) > 0 {

@@ -40,11 +40,17 @@ type Record struct {
 }
 
 // envelopeV1 wraps a version 1 record with a checksum of the payload, so a torn
-// or hand-edited file is detected instead of being half believed.
+// or hand-edited file is detected instead of being half believed. The
+// record's Summary, with a checksum of its own, comes first (encoding/json
+// writes the fields in this order), so that LoadSummary can stop reading
+// there; records written before it have none, and readers that predate it
+// ignore it.
 type envelopeV1 struct {
-	Version  int             `json:"version"`
-	Checksum string          `json:"sha256"`
-	Record   json.RawMessage `json:"record"`
+	Version    int             `json:"version"`
+	Summary    json.RawMessage `json:"summary,omitempty"`
+	SummarySum string          `json:"summarySha256,omitempty"`
+	Checksum   string          `json:"sha256"`
+	Record     json.RawMessage `json:"record"`
 }
 
 // Errors that Decode and Encode wrap.
@@ -75,8 +81,12 @@ func Encode(r *Record) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode scratch record for %s: %w", r.ContainerID, err)
 	}
+	summary, summarySum, err := encodeSummary(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode scratch record for %s: %w", r.ContainerID, err)
+	}
 	sum := sha256.Sum256(payload)
-	b, err := json.Marshal(envelopeV1{Version: FormatVersion, Checksum: hex.EncodeToString(sum[:]), Record: payload})
+	b, err := json.Marshal(envelopeV1{Version: FormatVersion, Summary: summary, SummarySum: summarySum, Checksum: hex.EncodeToString(sum[:]), Record: payload})
 	if err != nil {
 		return nil, fmt.Errorf("encode scratch record for %s: %w", r.ContainerID, err)
 	}

@@ -1,6 +1,7 @@
 package scratch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,7 +53,9 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flipped := []byte(strings.Replace(string(good), `"eth0"`, `"eth9"`, 1))
+	// The payload's "eth0" (the summary, ahead of it, names it too).
+	i := strings.LastIndex(string(good), `"eth0"`)
+	flipped := []byte(string(good[:i]) + `"eth9"` + string(good[i+len(`"eth0"`):]))
 	var env map[string]any
 	_ = json.Unmarshal(good, &env)
 	delete(env, "version")
@@ -272,6 +275,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"version":1,"sha256":"00","record":{}}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The summary's reader sees the same bytes first, and must not
+		// panic on any of them.
+		readSummary(bytes.NewReader(b))
 		r, err := Decode(b)
 		if err != nil {
 			if errors.Is(err, ErrCorrupt) == errors.Is(err, ErrUnknownVersion) {

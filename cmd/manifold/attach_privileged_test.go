@@ -100,7 +100,7 @@ func podLinks(t *testing.T, netns ns.NetNS) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	err := netns.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
+		links, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}

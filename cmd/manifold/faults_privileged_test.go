@@ -18,7 +18,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/plugins/test/noop/debug"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
@@ -359,7 +358,7 @@ func TestDelegateFaults(t *testing.T) {
 func countLinks(netns ns.NetNS) int {
 	n := -1
 	_ = netns.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
+		links, err := testenv.LinkList()
 		if err != nil {
 			return err
 		}

@@ -10,56 +10,95 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-// Environment variables that point at prebuilt binaries. When both are set the
-// build script is not run at all.
+// Environment variables that point at prebuilt binaries. When all of them
+// are set the build script is not run at all.
 const (
-	EnvKubeAPIServer = "MANIFOLD_KUBE_APISERVER"
-	EnvEtcd          = "MANIFOLD_ETCD"
+	EnvKubeAPIServer         = "MANIFOLD_KUBE_APISERVER"
+	EnvEtcd                  = "MANIFOLD_ETCD"
+	EnvKubeScheduler         = "MANIFOLD_KUBE_SCHEDULER"
+	EnvKubeControllerManager = "MANIFOLD_KUBE_CONTROLLER_MANAGER"
+	EnvKubectl               = "MANIFOLD_KUBECTL"
 )
 
 // buildScript is the repository-relative path of the script that builds and
-// caches the two servers (DESIGN §9).
+// caches the control plane's programs (DESIGN §9).
 const buildScript = "hack/build-control-plane.sh"
 
-// ErrBinariesUnavailable is wrapped by FindBinaries when kube-apiserver or etcd
-// cannot be located or built. StartForTest skips on it; any other Start error
-// is a real failure.
+// ErrBinariesUnavailable is wrapped by FindBinaries when a program cannot be
+// located or built. StartForTest skips on it; any other Start error is a real
+// failure.
 var ErrBinariesUnavailable = errors.New("control plane binaries unavailable")
 
-// Binaries holds the paths of the two server executables.
+// Binaries holds the paths of the control plane's executables, all built from
+// one Kubernetes version (etcd aside).
 type Binaries struct {
 	KubeAPIServer string
 	Etcd          string
+	// KubeScheduler and KubeControllerManager are needed only with
+	// Options.Controllers.
+	KubeScheduler         string
+	KubeControllerManager string
+	// Kubectl is needed only by ControlPlane.Kubectl.
+	Kubectl string
 }
 
-// FindBinaries locates kube-apiserver and etcd: from EnvKubeAPIServer and
-// EnvEtcd when set, otherwise by running hack/build-control-plane.sh from the
-// repository root (found by walking up from the working directory to go.mod).
-// The script returns at once when its cache is warm; a cold build takes about
-// ten minutes and honours ctx.
-func FindBinaries(ctx context.Context) (Binaries, error) {
-	b := Binaries{KubeAPIServer: os.Getenv(EnvKubeAPIServer), Etcd: os.Getenv(EnvEtcd)}
+// binaryField is one program: the variable that names it and its path.
+type binaryField struct {
+	env  string
+	path *string
+}
+
+// fields lists the programs in the order the build script prints them.
+func (b *Binaries) fields() []binaryField {
+	return []binaryField{
+		{EnvKubeAPIServer, &b.KubeAPIServer},
+		{EnvEtcd, &b.Etcd},
+		{EnvKubeScheduler, &b.KubeScheduler},
+		{EnvKubeControllerManager, &b.KubeControllerManager},
+		{EnvKubectl, &b.Kubectl},
+	}
+}
+
+// complete reports whether every program Start needs for opts has a path.
+func (b Binaries) complete(controllers bool) bool {
 	if b.KubeAPIServer == "" || b.Etcd == "" {
+		return false
+	}
+	return !controllers || (b.KubeScheduler != "" && b.KubeControllerManager != "")
+}
+
+// FindBinaries locates the control plane's programs: each from its variable
+// (EnvKubeAPIServer, EnvEtcd, EnvKubeScheduler, EnvKubeControllerManager,
+// EnvKubectl) when set, the rest by running hack/build-control-plane.sh from
+// the repository root (found by walking up from the working directory to
+// go.mod). The script returns at once when its cache is warm; a cold build
+// takes many minutes and honours ctx.
+func FindBinaries(ctx context.Context) (Binaries, error) {
+	var b Binaries
+	missing := false
+	for _, f := range b.fields() {
+		*f.path = os.Getenv(f.env)
+		missing = missing || *f.path == ""
+	}
+	if missing {
 		built, err := runBuildScript(ctx)
 		if err != nil {
 			return Binaries{}, err
 		}
-		if b.KubeAPIServer == "" {
-			b.KubeAPIServer = built.KubeAPIServer
-		}
-		if b.Etcd == "" {
-			b.Etcd = built.Etcd
+		builtFields := built.fields()
+		for i, f := range b.fields() {
+			if *f.path == "" {
+				*f.path = *builtFields[i].path
+			}
 		}
 	}
-	for _, p := range []string{b.KubeAPIServer, b.Etcd} {
-		if err := checkExecutable(p); err != nil {
-			return Binaries{}, fmt.Errorf("%w: %w", ErrBinariesUnavailable, err)
+	for _, f := range b.fields() {
+		if err := checkExecutable(*f.path); err != nil {
+			return Binaries{}, fmt.Errorf("%w: %s: %w", ErrBinariesUnavailable, f.env, err)
 		}
 	}
 	return b, nil
@@ -68,10 +107,10 @@ func FindBinaries(ctx context.Context) (Binaries, error) {
 func checkExecutable(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("stat server binary: %w", err)
+		return fmt.Errorf("stat binary: %w", err)
 	}
 	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("server binary %s is not executable", path)
+		return fmt.Errorf("binary %s is not executable", path)
 	}
 	return nil
 }
@@ -80,6 +119,9 @@ func checkExecutable(path string) error {
 // that holds a go.mod, so tests find repository files from any package.
 func RepoRoot() (string, error) { return testenv.FindRepoRoot() }
 
+// runBuildScript runs the build script, which holds a lock in its cache dir
+// while it builds, so that the test packages that call it at once wait for
+// one build instead of fighting over the same files.
 func runBuildScript(ctx context.Context) (Binaries, error) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -89,15 +131,6 @@ func runBuildScript(ctx context.Context) (Binaries, error) {
 	if _, err := os.Stat(script); err != nil {
 		return Binaries{}, fmt.Errorf("%w: %w", ErrBinariesUnavailable, err)
 	}
-	// Parallel test packages each call FindBinaries; the script has no locking
-	// of its own, so serialise it to avoid two cold builds fighting over the
-	// same cache files on a small machine.
-	unlock, err := lockFile(ctx, filepath.Join(os.TempDir(), "manifold-control-plane-build.lock"))
-	if err != nil {
-		return Binaries{}, fmt.Errorf("%w: %w", ErrBinariesUnavailable, err)
-	}
-	defer unlock()
-
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Dir = root
@@ -108,34 +141,14 @@ func runBuildScript(ctx context.Context) (Binaries, error) {
 	if err := cmd.Run(); err != nil {
 		return Binaries{}, fmt.Errorf("%w: run %s: %w: %s", ErrBinariesUnavailable, buildScript, err, tail(stderr.Bytes(), 2048))
 	}
+	var b Binaries
 	lines := strings.Fields(strings.TrimSpace(stdout.String()))
-	if len(lines) != 2 {
-		return Binaries{}, fmt.Errorf("%w: %s printed %q, want two paths", ErrBinariesUnavailable, buildScript, stdout.String())
+	fields := b.fields()
+	if len(lines) != len(fields) {
+		return Binaries{}, fmt.Errorf("%w: %s printed %q, want %d paths", ErrBinariesUnavailable, buildScript, stdout.String(), len(fields))
 	}
-	return Binaries{KubeAPIServer: lines[0], Etcd: lines[1]}, nil
-}
-
-// lockFile takes an exclusive flock on path, polling so that ctx can cancel
-// the wait.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open build lock: %w", err)
+	for i, f := range fields {
+		*f.path = lines[i]
 	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, fmt.Errorf("wait for build lock %s: %w", path, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return b, nil
 }

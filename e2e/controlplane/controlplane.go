@@ -1,10 +1,18 @@
 // Package controlplane runs a real etcd and a real kube-apiserver on
-// 127.0.0.1 for manifold's end-to-end tests and benchmarks (DESIGN §9).
+// 127.0.0.1 for manifold's end-to-end tests, the demo and the benchmarks
+// (DESIGN §9), and with Options.Controllers also kube-scheduler and
+// kube-controller-manager, all built from source (hack/build-control-plane.sh).
 //
-// There is no controller-manager and no scheduler: objects are stored and
-// validated, webhooks and RBAC are real, but nothing reconciles them. Pods can
-// still be created because the ServiceAccount admission plugin, which would
-// need the controller-made "default" ServiceAccount, is disabled.
+// Without the controllers, objects are stored and validated, webhooks and
+// RBAC are real, but nothing reconciles them: no pod is scheduled, no
+// DaemonSet makes pods, and the ServiceAccount admission plugin, which would
+// need the controller-made "default" ServiceAccount, is disabled, so pods get
+// no token volume. That keeps the API server's load to what a test does.
+//
+// With them, it is a one-node cluster's control plane once a kubelet joins:
+// a DaemonSet makes pods, the scheduler binds them, every namespace gets its
+// "default" ServiceAccount and kube-root-ca.crt ConfigMap, and the
+// ServiceAccount admission plugin gives pods their projected token volume.
 package controlplane
 
 import (
@@ -27,8 +35,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // serviceCIDR is the Service IP range handed to kube-apiserver; serviceIP is
@@ -56,9 +62,15 @@ type Options struct {
 	ExtraAPIServerArgs []string
 	// ExtraEtcdArgs are appended after the harness's own etcd flags.
 	ExtraEtcdArgs []string
+	// Controllers also starts kube-scheduler and kube-controller-manager, and
+	// turns the ServiceAccount admission plugin on (see the package doc).
+	// Pods made in a fresh namespace must then wait for its "default"
+	// ServiceAccount: see WaitNamespaceReady.
+	Controllers bool
 }
 
-// ControlPlane is a running etcd plus kube-apiserver pair. Its exported
+// ControlPlane is a running etcd and kube-apiserver, with kube-scheduler and
+// kube-controller-manager when Options.Controllers is set. Its exported
 // fields are fixed after Start returns.
 type ControlPlane struct {
 	// URL is the kube-apiserver address, https://127.0.0.1:<port>.
@@ -69,13 +81,15 @@ type ControlPlane struct {
 	AdminToken string
 	// KubeconfigPath is an admin kubeconfig using URL, CAFile and AdminToken.
 	KubeconfigPath string
-	// Dir is the scratch directory; it holds etcd.log and kube-apiserver.log
-	// and is removed by Stop.
+	// Dir is the scratch directory; it holds each server's log (etcd.log,
+	// kube-apiserver.log, …) and is removed by Stop.
 	Dir string
 	// EtcdURL is etcd's client address, http://127.0.0.1:<port>.
 	EtcdURL string
 
 	readyTimeout  time.Duration
+	controllers   bool
+	kubectlBin    string
 	apiserverBin  string
 	apiserverArgs []string
 	env           []string
@@ -85,19 +99,22 @@ type ControlPlane struct {
 	dynamic       dynamic.Interface
 	mapper        *restmapper.DeferredDiscoveryRESTMapper
 
-	mu        sync.Mutex
-	etcd      *process
-	apiserver *process
-	stopped   bool
+	mu                sync.Mutex
+	etcd              *process
+	apiserver         *process
+	scheduler         *process
+	controllerManager *process
+	stopped           bool
 }
 
-// Start launches etcd and kube-apiserver on free 127.0.0.1 ports and returns
-// once /readyz answers 200. ctx bounds only the start-up (including a cold
-// binary build); the servers run until Stop. On error nothing is left running
-// and the scratch directory is removed.
+// Start launches etcd and kube-apiserver (and with opts.Controllers
+// kube-controller-manager and kube-scheduler) on free 127.0.0.1 ports and
+// returns once each answers its health check. ctx bounds only the start-up
+// (including a cold binary build); the servers run until Stop. On error
+// nothing is left running and the scratch directory is removed.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	bins := opts.Binaries
-	if bins.KubeAPIServer == "" || bins.Etcd == "" {
+	if !bins.complete(opts.Controllers) {
 		found, err := FindBinaries(ctx)
 		if err != nil {
 			return nil, err
@@ -112,7 +129,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create control plane directory: %w", err)
 	}
-	cp := &ControlPlane{Dir: dir, readyTimeout: readyTimeout, apiserverBin: bins.KubeAPIServer, env: childEnv()}
+	cp := &ControlPlane{Dir: dir, readyTimeout: readyTimeout, controllers: opts.Controllers,
+		kubectlBin: bins.Kubectl, apiserverBin: bins.KubeAPIServer, env: childEnv()}
 	if err := cp.start(ctx, bins, opts); err != nil {
 		cp.Stop()
 		return nil, err
@@ -140,7 +158,7 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 			return err
 		}
 		cp.URL = "https://127.0.0.1:" + strconv.Itoa(port)
-		cp.apiserverArgs = append(apiserverArgs(cp.Dir, port, cp.EtcdURL, p), opts.ExtraAPIServerArgs...)
+		cp.apiserverArgs = append(apiserverArgs(cp.Dir, port, cp.EtcdURL, p, opts.Controllers), opts.ExtraAPIServerArgs...)
 		if err := cp.configureClients(p.caCertBytes); err != nil {
 			return err
 		}
@@ -153,7 +171,13 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		}
 		_ = cp.apiserver.kill()
 	}
-	return cp.writeKubeconfig()
+	if cp.KubeconfigPath, err = cp.writeKubeconfig("admin", cp.AdminToken); err != nil {
+		return err
+	}
+	if opts.Controllers {
+		return cp.startControllers(ctx, bins, p)
+	}
+	return nil
 }
 
 // apiserverArgs are the kube-apiserver flags. Each one is here for a reason:
@@ -163,16 +187,17 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 //   - service-account issuer and keys: required at all, and they make the
 //     TokenRequest API work so tests can mint tokens for a plugin's SA.
 //   - RBAC authorization: tests check a ServiceAccount's real permissions.
-//   - ServiceAccount admission disabled: with no controller-manager nobody
-//     creates the "default" ServiceAccount, and that plugin would reject
-//     every pod. Pods therefore get no projected token volume.
+//   - ServiceAccount admission disabled unless the controllers run: with no
+//     controller-manager nobody creates the "default" ServiceAccount, and
+//     that plugin would reject every pod. Pods then get no projected token
+//     volume.
 //   - allow-privileged: the manifold DaemonSet runs privileged containers.
 //   - cert-dir in the scratch dir: never write to /var/run/kubernetes.
 //   - no endpoint reconciler: it would publish 127.0.0.1 as the endpoint of
 //     the "kubernetes" Service, which validation rejects as loopback, and log
 //     that error every ten seconds.
-func apiserverArgs(dir string, port int, etcdURL string, p *pki) []string {
-	return []string{
+func apiserverArgs(dir string, port int, etcdURL string, p *pki, controllers bool) []string {
+	args := []string{
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
@@ -186,10 +211,13 @@ func apiserverArgs(dir string, port int, etcdURL string, p *pki) []string {
 		"--service-account-signing-key-file=" + p.saKeyFile,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=RBAC",
-		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 	}
+	if !controllers {
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
+	return args
 }
 
 // errPortInUse marks a start failure caused by a lost race for a free port.
@@ -344,20 +372,6 @@ func (cp *ControlPlane) configureClients(caPEM []byte) error {
 	return nil
 }
 
-func (cp *ControlPlane) writeKubeconfig() error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["manifold-e2e"] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthority: cp.CAFile}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cp.AdminToken}
-	cfg.Contexts["manifold-e2e"] = &clientcmdapi.Context{Cluster: "manifold-e2e", AuthInfo: "admin"}
-	cfg.CurrentContext = "manifold-e2e"
-	path := filepath.Join(cp.Dir, "admin.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return fmt.Errorf("write admin kubeconfig: %w", err)
-	}
-	cp.KubeconfigPath = path
-	return nil
-}
-
 // RESTConfig returns a fresh copy of the admin client configuration, safe for
 // the caller to modify.
 func (cp *ControlPlane) RESTConfig() *rest.Config {
@@ -374,7 +388,7 @@ func (cp *ControlPlane) Dynamic() dynamic.Interface {
 	return cp.dynamic
 }
 
-// Stop kills both servers, waits for them and removes the scratch directory.
+// Stop kills every server, waits for them and removes the scratch directory.
 // It is safe to call more than once and after StopAPIServer.
 func (cp *ControlPlane) Stop() {
 	cp.mu.Lock()
@@ -383,9 +397,9 @@ func (cp *ControlPlane) Stop() {
 		return
 	}
 	cp.stopped = true
-	// kube-apiserver first, so it does not spend its last moments logging
-	// etcd connection errors.
-	for _, p := range []*process{cp.apiserver, cp.etcd} {
+	// Each before what it talks to, so that none spends its last moments
+	// logging connection errors.
+	for _, p := range []*process{cp.scheduler, cp.controllerManager, cp.apiserver, cp.etcd} {
 		if p != nil {
 			_ = p.kill()
 		}
@@ -453,10 +467,19 @@ func (cp *ControlPlane) signalAPIServer(sig syscall.Signal) error {
 	return cp.apiserver.signal(sig)
 }
 
-// LogTails returns the last few KiB of the etcd and kube-apiserver logs, for
-// diagnosing a failed test before Stop removes them.
+// LogTails returns the last few KiB of each server's log, for diagnosing a
+// failed test before Stop removes them.
 func (cp *ControlPlane) LogTails() string {
-	return fmt.Sprintf("--- etcd log tail ---\n%s\n--- kube-apiserver log tail ---\n%s",
-		fileTail(filepath.Join(cp.Dir, "etcd.log"), 4096),
-		fileTail(filepath.Join(cp.Dir, "kube-apiserver.log"), 4096))
+	names := []string{"etcd", "kube-apiserver"}
+	if cp.controllers {
+		names = append(names, "kube-controller-manager", "kube-scheduler")
+	}
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "--- %s log tail ---\n%s", name, fileTail(filepath.Join(cp.Dir, name+".log"), 4096))
+	}
+	return b.String()
 }

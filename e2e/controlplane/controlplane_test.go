@@ -34,7 +34,7 @@ func nad(name string, config any) *unstructured.Unstructured {
 // TestControlPlane drives one control plane through everything the e2e
 // tests rely on; starting one costs seconds, so the checks share it.
 func TestControlPlane(t *testing.T) {
-	cp := StartForTest(t)
+	cp := StartForTest(t, Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 

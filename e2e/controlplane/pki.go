@@ -27,6 +27,8 @@ type pki struct {
 	tokenFile   string
 	adminToken  string
 	caCertBytes []byte
+	// tokens maps each of the controllers' users to its bearer token.
+	tokens map[string]string
 }
 
 // Admin identity written to the token file. system:masters makes RBAC let it
@@ -34,6 +36,14 @@ type pki struct {
 const (
 	adminUser  = "manifold-e2e-admin"
 	adminGroup = "system:masters"
+)
+
+// The users kube-scheduler and kube-controller-manager run as. The API
+// server's bootstrap RBAC policy grants exactly these names what each
+// program needs, as on a kubeadm cluster.
+const (
+	schedulerUser         = "system:kube-scheduler"
+	controllerManagerUser = "system:kube-controller-manager"
 )
 
 // writePKI creates, in dir, a CA, a serving certificate for the loopback
@@ -119,17 +129,31 @@ func writePKI(dir string) (*pki, error) {
 		return nil, fmt.Errorf("write service account public key: %w", err)
 	}
 
-	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
-		return nil, fmt.Errorf("generate admin token: %w", err)
+	if p.adminToken, err = newToken(); err != nil {
+		return nil, err
 	}
-	p.adminToken = hex.EncodeToString(tok)
-	// Format: token,user,uid,"group1,group2".
-	line := fmt.Sprintf("%s,%s,%s,%q\n", p.adminToken, adminUser, adminUser, adminGroup)
-	if err := os.WriteFile(p.tokenFile, []byte(line), 0o600); err != nil {
+	// Format: token,user,uid[,"group1,group2"].
+	lines := fmt.Sprintf("%s,%s,%s,%q\n", p.adminToken, adminUser, adminUser, adminGroup)
+	p.tokens = map[string]string{}
+	for _, user := range []string{schedulerUser, controllerManagerUser} {
+		if p.tokens[user], err = newToken(); err != nil {
+			return nil, err
+		}
+		lines += fmt.Sprintf("%s,%s,%s\n", p.tokens[user], user, user)
+	}
+	if err := os.WriteFile(p.tokenFile, []byte(lines), 0o600); err != nil {
 		return nil, fmt.Errorf("write token file: %w", err)
 	}
 	return p, nil
+}
+
+// newToken is a random bearer token.
+func newToken() (string, error) {
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return "", fmt.Errorf("generate token: %w", err)
+	}
+	return hex.EncodeToString(tok), nil
 }
 
 func writeECKey(path string, key *ecdsa.PrivateKey) error {

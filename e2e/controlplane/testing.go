@@ -11,13 +11,13 @@ import (
 // missing privilege or missing binary into a failure (DESIGN §9).
 const EnvRequirePrivileged = "MANIFOLD_REQUIRE_PRIVILEGED"
 
-// StartForTest starts a control plane for t and registers Stop with
+// StartForTest starts a control plane with opts for t and registers Stop with
 // t.Cleanup, so the servers and the scratch directory go away however the
 // test ends. It skips the test when not running as root or when the binaries
 // cannot be found or built, unless MANIFOLD_REQUIRE_PRIVILEGED=1, where those
 // are fatal. A start failure with the binaries present is always fatal. When
 // the test has failed, the servers' log tails are logged before cleanup.
-func StartForTest(t testing.TB) *ControlPlane {
+func StartForTest(t testing.TB, opts Options) *ControlPlane {
 	t.Helper()
 	skip := func(format string, args ...any) {
 		t.Helper()
@@ -29,15 +29,17 @@ func StartForTest(t testing.TB) *ControlPlane {
 	if os.Geteuid() != 0 {
 		skip("e2e control plane needs root")
 	}
-	// A cold build of the binaries takes about ten minutes, so give it room;
-	// a warm lookup is instant.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// A cold build of the binaries takes many minutes (see
+	// hack/build-control-plane.sh), so give it room; a warm lookup is
+	// instant.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	bins, err := FindBinaries(ctx)
 	if err != nil {
 		skip("e2e control plane binaries: %v", err)
 	}
-	cp, err := Start(ctx, Options{Binaries: bins})
+	opts.Binaries = bins
+	cp, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}

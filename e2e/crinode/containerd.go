@@ -364,6 +364,15 @@ func (c *Containerd) Restart(ctx context.Context) error {
 	return c.waitCRI(ctx)
 }
 
+// LogFile is containerd's log file (empty when Options.Log is set). The CNI
+// plugins it runs write their stderr there too.
+func (c *Containerd) LogFile() string {
+	if c.opts.Log != nil {
+		return ""
+	}
+	return c.logFile
+}
+
 // LogTail is the end of containerd's log, when it goes to its file.
 func (c *Containerd) LogTail() string {
 	b, _ := os.ReadFile(c.logFile)

@@ -177,6 +177,10 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 // its plugins_registry.
 func (k *Kubelet) RootDir() string { return filepath.Join(k.Dir, "root") }
 
+// PodLogsDir is where the kubelet keeps the containers' logs:
+// <namespace>_<pod>_<uid>/<container>/<restart count>.log.
+func (k *Kubelet) PodLogsDir() string { return filepath.Join(k.Dir, "pod-logs") }
+
 // Kill ends the kubelet with SIGKILL, as a crash or a reboot would, and
 // leaves its dir for Restart.
 func (k *Kubelet) Kill() {

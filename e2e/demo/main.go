@@ -1,47 +1,39 @@
-// Command demo shows manifold on a real node, as a user meets it: a real etcd
-// and kube-apiserver on 127.0.0.1, containerd 2.x with runc, and a kubelet
-// that joins the API server. Pods are created through the API, as kubectl
-// would; the kubelet runs them through containerd, which calls manifold, which
-// calls the delegates. The demo prints what `kubectl describe pod` would show
-// (the network-status annotation and the events), what is inside the pod, and
-// what is left after the pod is deleted: first in thin mode (manifold is the
-// CNI plugin), then in daemon mode (manifold-shim and `manifold daemon`).
-// Everything it creates is removed at the end, also on error or Ctrl-C.
+// Command demo installs manifold on a real one-node Kubernetes the way an admin
+// does, and shows what a pod gets. The cluster is built from source, with no
+// Docker and no kind (e2e/cluster): a real etcd, kube-apiserver, kube-scheduler
+// and kube-controller-manager on 127.0.0.1, and a node of containerd 2.x with
+// runc and a kubelet, whose CNI dirs are the host's /etc/cni/net.d and
+// /opt/cni/bin.
 //
-// Run it with `make demo` (as root). It finds its binaries through MANIFOLD_BIN,
-// MANIFOLD_SHIM, MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_APISERVER, MANIFOLD_ETCD,
-// MANIFOLD_CONTAINERD_DIR and MANIFOLD_KUBELET, or builds them (minutes when
-// cold; progress on stderr), like the tests do.
+// manifold's image is built without Docker (as `make image` does) and imported
+// into the node's containerd; then the commands of docs/install.md run with
+// kubectl: the CRD, the RBAC and the thin DaemonSet, whose pod installs
+// manifold on the node. The only file placed on the node by hand is the
+// cluster's primary CNI config (and its reference plugins), as the cluster's
+// network plugin would install them. A pod with two NADs runs; the demo prints
+// what `kubectl describe pod` shows of it and what is inside it. Then the node
+// is switched to the thick DaemonSet, the way the docs say, and a second pod
+// runs through the node daemon. Everything it creates is removed at the end,
+// also on error or Ctrl-C.
+//
+// Run it with `make demo` (as root). It finds its binaries like the tests do
+// (MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_*, MANIFOLD_ETCD, MANIFOLD_KUBECTL,
+// MANIFOLD_CONTAINERD_DIR, MANIFOLD_KUBELET), or builds them (minutes when
+// cold; progress on stderr).
 package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/manifold-cni/manifold/e2e/controlplane"
-	"github.com/manifold-cni/manifold/e2e/crinode"
-	"github.com/manifold-cni/manifold/internal/testenv"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
-)
-
-const (
-	podNamespace = "demo"
-	networksKey  = "k8s.v1.cni.cncf.io/networks"
-	statusKey    = "k8s.v1.cni.cncf.io/network-status"
-	clusterNet   = "demo-cluster"
+	"github.com/manifold-cni/manifold/e2e/cluster"
 )
 
 func main() {
@@ -50,7 +42,7 @@ func main() {
 
 func run() int {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "the demo runs containerd, a kubelet and network namespaces: run it as root (make demo)")
+		fmt.Fprintln(os.Stderr, "the demo runs a control plane, containerd, a kubelet and network namespaces: run it as root (make demo)")
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -71,7 +63,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "\ninterrupted (%s)\n", first)
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "\ndemo failed: %v\n", err)
-		d.showLog()
+		d.showLogs()
 	}
 	d.cleanup()
 	if err != nil {
@@ -83,20 +75,12 @@ func run() int {
 
 // demo holds what the demo made, so it can be shown and removed.
 type demo struct {
-	started  time.Time
-	undo     []step
-	dir      string
-	manifold string
-	shim     string
-	plugins  string
-	bins     crinode.Binaries
-	cniDir   string
-	netDir   string
-	leases   string
-	logFile  string
-	parent   string // veth end used as the macvlan master
-	bridge   string
-	cp       *controlplane.ControlPlane
+	started time.Time
+	undo    []step
+	dir     string
+	image   string // the image tarball
+	c       *cluster.Cluster
+	mode    cluster.Mode // what is installed now
 }
 
 type step struct {
@@ -114,179 +98,35 @@ func (d *demo) cleanup() {
 	for i := len(d.undo) - 1; i >= 0; i-- {
 		s := d.undo[i]
 		if err := s.fn(); err != nil {
-			fmt.Printf("  %-55s FAILED: %v\n", s.what, err)
+			fmt.Printf("  %-62s FAILED: %v\n", s.what, err)
 			continue
 		}
-		fmt.Printf("  %-55s done\n", s.what)
+		fmt.Printf("  %-62s done\n", s.what)
 	}
 }
 
 func (d *demo) run(ctx context.Context) error {
-	heading("manifold demo: a real node")
-	fmt.Println("A real etcd and kube-apiserver on 127.0.0.1, containerd 2.x with runc, and a kubelet.")
-	fmt.Println("Pods are created through the API; the kubelet runs them through containerd, which calls manifold.")
-
-	if err := d.binaries(ctx); err != nil {
-		return err
-	}
-	if err := d.startControlPlane(ctx); err != nil {
-		return err
-	}
-	if err := d.networks(ctx); err != nil {
-		return err
-	}
-	if err := d.mode(ctx, "3. Thin mode: manifold is the node's CNI plugin", false); err != nil {
-		return err
-	}
-	return d.mode(ctx, "4. Daemon mode: manifold-shim and `manifold daemon` beside the kubelet", true)
-}
-
-// binaries finds (or builds) everything the demo runs.
-func (d *demo) binaries(ctx context.Context) error {
-	heading("0. The binaries")
-	start := time.Now()
-	dir, err := os.MkdirTemp("", "manifold-demo-")
-	if err != nil {
-		return err
-	}
-	d.dir = dir
-	d.later("remove "+dir, func() error { return os.RemoveAll(dir) })
-	if d.plugins, err = testenv.FindPlugins(); err != nil {
-		return err
-	}
-	if d.manifold, err = testenv.FindManifold(dir); err != nil {
-		return err
-	}
-	if d.shim, err = testenv.FindShim(dir); err != nil {
-		return err
-	}
-	if d.bins, err = crinode.FindBinaries(); err != nil {
-		return err
-	}
-	if d.bins.Kubelet == "" {
-		return errors.New("no kubelet: set MANIFOLD_KUBELET, or unset MANIFOLD_CONTAINERD_DIR to build both")
-	}
-	fmt.Printf("  manifold:      %s\n  manifold-shim: %s\n  CNI plugins:   %s\n  containerd:    %s\n  kubelet:       %s\n  runc:          from PATH\n",
-		d.manifold, d.shim, d.plugins, d.bins.ContainerdDir, d.bins.Kubelet)
-	fmt.Printf("  (found or built in %s)\n", time.Since(start).Round(time.Second))
-	return nil
-}
-
-func (d *demo) startControlPlane(ctx context.Context) error {
-	heading("1. The control plane")
-	start := time.Now()
-	bins, err := controlplane.FindBinaries(ctx)
-	if err != nil {
-		return err
-	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{Binaries: bins, TempDir: d.dir})
-	if err != nil {
-		return err
-	}
-	d.cp = cp
-	d.later("stop kube-apiserver and etcd", func() error { cp.Stop(); return nil })
-	if err := cp.InstallCRD(ctx); err != nil {
-		return err
-	}
-	fmt.Printf("  kube-apiserver %s and etcd %s up in %s\n", cp.URL, cp.EtcdURL, time.Since(start).Round(time.Millisecond))
-	fmt.Printf("  CRD %s installed\n", controlplane.NADCRDName)
-	return nil
-}
-
-// networks makes the node's default network (a bridge conflist file), a veth
-// pair whose end is the macvlan master, and two NADs.
-func (d *demo) networks(ctx context.Context) error {
-	heading("2. The networks")
-	d.cniDir = filepath.Join(d.dir, "cni")
-	d.netDir = filepath.Join(d.dir, "manifold-net.d")
-	d.leases = filepath.Join(d.dir, "leases")
-	d.logFile = filepath.Join(d.dir, "manifold.log")
-	for _, p := range []string{d.cniDir, d.netDir, d.leases, filepath.Join(d.dir, "tuning")} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
+	heading("manifold demo: installed with kubectl on a one-node Kubernetes built from source")
+	fmt.Println("etcd, kube-apiserver, kube-scheduler and kube-controller-manager on 127.0.0.1; containerd 2.x,")
+	fmt.Println("runc and a kubelet on this machine, with the host's /etc/cni/net.d and /opt/cni/bin.")
+	for _, f := range []func(context.Context) error{d.buildImage, d.startCluster, d.installThin, d.networks, d.podThin, d.switchThick} {
+		if err := f(ctx); err != nil {
 			return err
 		}
 	}
-	d.bridge = testenv.UniqueName("mfdbr")
-	cluster := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"bridge","bridge":%q,"isGateway":true,
-		"ipam":{"type":"host-local","subnet":"10.250.0.0/24","dataDir":%q,"routes":[{"dst":"0.0.0.0/0"}]}}]}`, clusterNet, d.bridge, d.leases)
-	if err := os.WriteFile(filepath.Join(d.netDir, "10-cluster.conflist"), []byte(cluster), 0o644); err != nil {
-		return err
-	}
-	d.later("delete bridge "+d.bridge, func() error { return deleteLink(d.bridge) })
-	fmt.Printf("  default network %q: bridge %s, 10.250.0.0/24, a conflist in %s\n", clusterNet, d.bridge, d.netDir)
-
-	d.parent = testenv.UniqueName("mfdemo")
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: d.parent}, PeerName: d.parent + "p"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		return fmt.Errorf("create veth %s: %w", d.parent, err)
-	}
-	d.later("delete veth "+d.parent, func() error { return deleteLink(d.parent) })
-	for _, n := range []string{d.parent, veth.PeerName} {
-		l, err := netlink.LinkByName(n)
-		if err == nil {
-			err = netlink.LinkSetUp(l)
-		}
-		if err != nil {
-			return fmt.Errorf("set %s up: %w", n, err)
-		}
-	}
-	fmt.Printf("  macvlan master: %s (one end of a veth pair)\n", d.parent)
-
-	if _, err := d.cp.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNamespace}}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create namespace: %w", err)
-	}
-	nads := []struct{ name, config string }{
-		{"macvlan-net", fmt.Sprintf(`{"cniVersion":"1.0.0","type":"macvlan","master":%q,"mode":"bridge",
-			"ipam":{"type":"host-local","subnet":"10.250.1.0/24","dataDir":%q}}`, d.parent, d.leases)},
-		{"static-net", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"static-net","plugins":[
-			{"type":"macvlan","master":%q,"mode":"bridge","ipam":{"type":"static"},"capabilities":{"ips":true}},
-			{"type":"tuning","capabilities":{"mac":true},"dataDir":%q}]}`, d.parent, filepath.Join(d.dir, "tuning"))},
-	}
-	for _, n := range nads {
-		obj, err := nadv1.New(podNamespace, n.name, n.config).ToUnstructured()
-		if err != nil {
-			return err
-		}
-		if _, err := d.cp.Dynamic().Resource(controlplane.NADResource).Namespace(podNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create NAD %s: %w", n.name, err)
-		}
-		fmt.Printf("  NetworkAttachmentDefinition %s/%s:\n%s\n", podNamespace, n.name, indent(pretty([]byte(n.config)), 4))
-	}
 	return nil
 }
 
-// manifoldConf is manifold's conflist as the node's CNI config: cniVersion
-// 1.1.0 (containerd sends STATUS only then) and the pod-annotations
-// capability, so that manifold need not read the pod.
-func (d *demo) manifoldConf(binDir, daemonSocket string) (conf []byte, plugin map[string]any) {
-	plugin = map[string]any{
-		"type":           "manifold",
-		"kubeconfig":     d.cp.KubeconfigPath,
-		"clusterNetwork": clusterNet,
-		"confDir":        d.netDir,
-		"cniDir":         d.cniDir,
-		"binDir":         binDir,
-		"logFile":        d.logFile,
-		"logLevel":       "verbose",
-		"capabilities":   map[string]bool{"io.kubernetes.cri.pod-annotations": true},
-	}
-	if daemonSocket != "" {
-		plugin["type"], plugin["daemonSocket"] = "manifold-shim", daemonSocket
-	}
-	conf, _ = json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "manifold", "plugins": []any{plugin}})
-	return conf, plugin
-}
-
-// showLog prints the end of manifold's log, to explain a failure.
-func (d *demo) showLog() {
-	b, err := os.ReadFile(d.logFile)
-	if err != nil || len(b) == 0 {
+// showLogs prints the end of the DaemonSet's and the servers' logs, to
+// explain a failure.
+func (d *demo) showLogs() {
+	if d.c == nil {
 		return
 	}
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	fmt.Fprintf(os.Stderr, "\nmanifold's log (%s), last lines:\n%s\n", d.logFile, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	fmt.Fprintf(os.Stderr, "\nthe DaemonSet's logs:\n%s\n", d.c.DaemonSetLogs(ctx, d.mode.DaemonSet, 4000))
+	fmt.Fprintf(os.Stderr, "\n%s\n", d.c.LogTails())
 }
 
 func heading(s string) {
@@ -310,57 +150,9 @@ func indent(s string, n int) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// files lists the files under dir; leases=true leaves out host-local's lock
-// and last-reserved markers, which are not leases.
-func files(dir string, leases bool) []string {
-	var out []string
-	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return nil
-		}
-		base := filepath.Base(p)
-		if leases && (base == "lock" || strings.HasPrefix(base, "last_reserved_ip")) {
-			return nil
-		}
-		out = append(out, strings.TrimPrefix(p, dir+"/"))
-		return nil
-	})
-	return out
-}
-
 func orNone(list []string) string {
 	if len(list) == 0 {
 		return "none"
 	}
-	return strings.Join(list, ", ")
-}
-
-func deleteLink(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return err
-	}
-	return netlink.LinkDel(l)
-}
-
-func bridgePorts(bridge string) []string {
-	br, err := netlink.LinkByName(bridge)
-	if err != nil {
-		return nil
-	}
-	links, err := netlink.LinkList()
-	if err != nil {
-		return []string{"(list links: " + err.Error() + ")"}
-	}
-	var out []string
-	for _, l := range links {
-		if l.Attrs().MasterIndex == br.Attrs().Index {
-			out = append(out, l.Attrs().Name)
-		}
-	}
-	return out
+	return strings.Join(list, "\n      ")
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -61,13 +62,23 @@ func HostLinkExists(name string) bool {
 // BridgePorts lists the links enslaved to a host bridge.
 func BridgePorts(t testing.TB, bridge string) []string {
 	t.Helper()
-	br, err := netlink.LinkByName(bridge)
-	if err != nil {
-		return nil
-	}
-	links, err := netlink.LinkList()
+	ports, err := HostBridgePorts(bridge)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ports
+}
+
+// HostBridgePorts lists the links enslaved to a host bridge (none when there
+// is no such bridge).
+func HostBridgePorts(bridge string) ([]string, error) {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil, nil
+	}
+	links, err := LinkList()
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for _, l := range links {
@@ -75,5 +86,18 @@ func BridgePorts(t testing.TB, bridge string) []string {
 			out = append(out, l.Attrs().Name)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// LinkList is netlink.LinkList in the current namespace, asked again when
+// the kernel interrupted the dump because links changed meanwhile (other
+// tests on the machine make and remove links all the time): a check must
+// not fail, or pass, on a partial list.
+func LinkList() ([]netlink.Link, error) {
+	for attempt := 1; ; attempt++ {
+		links, err := netlink.LinkList()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || attempt == 10 {
+			return links, err
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package flow
+package netconf
 
 import (
 	"cmp"
@@ -6,12 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-
-	"github.com/manifold-cni/manifold/netconf"
 )
 
-// NodePaths are the node-level keys of manifold's config that the daemon
-// fixes with its own flags (docs/security.md, "The node daemon"). Whoever
+// NodePaths are the node-level keys of manifold's config that the node
+// daemon fixes with its own flags (docs/security.md, "The node daemon"); the
+// installer holds the config it writes in thick mode to the same check. Whoever
 // reaches the socket sends the config, and these keys decide what the
 // privileged daemon runs (binDir), reads and writes (cniDir, confDir,
 // logFile) and with which identity it talks to the API server (kubeconfig).
@@ -35,19 +34,19 @@ type NodePaths struct {
 
 // RegisterFlags adds the daemon's flags for the node paths to fs.
 func (n *NodePaths) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&n.BinDir, "bin-dir", netconf.DefaultBinDir, "the CNI bin dir (config key binDir): the only place delegates are found; CNI_PATH from the runtime is ignored")
-	fs.StringVar(&n.CNIDir, "cni-dir", netconf.DefaultCNIDir, "scratch records and the delegates' result cache (config key cniDir)")
-	fs.StringVar(&n.ConfDir, "conf-dir", netconf.DefaultConfDir, "where networks named by name are looked up (config key confDir)")
+	fs.StringVar(&n.BinDir, "bin-dir", DefaultBinDir, "the CNI bin dir (config key binDir): the only place delegates are found; CNI_PATH from the runtime is ignored")
+	fs.StringVar(&n.CNIDir, "cni-dir", DefaultCNIDir, "scratch records and the delegates' result cache (config key cniDir)")
+	fs.StringVar(&n.ConfDir, "conf-dir", DefaultConfDir, "where networks named by name are looked up (config key confDir)")
 	fs.StringVar(&n.Kubeconfig, "kubeconfig", "", "the API server's kubeconfig (config key kubeconfig); empty: in-cluster when KUBERNETES_SERVICE_HOST is set, else no API")
 	fs.StringVar(&n.LogFile, "log-file", "", "the calls' log file (config key logFile); empty: each call's log goes back to the runtime on stderr")
-	fs.StringVar(&n.PodResourcesSocket, "pod-resources-socket", netconf.DefaultPodResourcesSocket, "the kubelet's PodResources socket (config key podResourcesSocket)")
-	fs.StringVar(&n.DeviceCheckpoint, "device-checkpoint", netconf.DefaultDeviceCheckpoint, "the kubelet's device checkpoint, read when the socket is absent (config key deviceCheckpoint)")
-	fs.StringVar(&n.DeviceInfoDir, "device-info-dir", netconf.DefaultDeviceInfoDir, "the Device Info spec's directory (config key deviceInfoDir)")
-	fs.StringVar(&n.MultusCNIDir, "multus-cni-dir", netconf.DefaultMultusCNIDir, "Multus's cniDir, where DEL, CHECK and GC read what Multus attached (config key multusCNIDir); \"none\" turns that off")
+	fs.StringVar(&n.PodResourcesSocket, "pod-resources-socket", DefaultPodResourcesSocket, "the kubelet's PodResources socket (config key podResourcesSocket)")
+	fs.StringVar(&n.DeviceCheckpoint, "device-checkpoint", DefaultDeviceCheckpoint, "the kubelet's device checkpoint, read when the socket is absent (config key deviceCheckpoint)")
+	fs.StringVar(&n.DeviceInfoDir, "device-info-dir", DefaultDeviceInfoDir, "the Device Info spec's directory (config key deviceInfoDir)")
+	fs.StringVar(&n.MultusCNIDir, "multus-cni-dir", DefaultMultusCNIDir, "Multus's cniDir, where DEL, CHECK and GC read what Multus attached (config key multusCNIDir); \"none\" turns that off")
 }
 
 // keys lists each node key: its config name, its flag, and the field.
-func (n *NodePaths) keys(c *netconf.Config) []nodeKey {
+func (n *NodePaths) keys(c *Config) []nodeKey {
 	return []nodeKey{
 		{"binDir", "bin-dir", n.BinDir, &c.BinDir},
 		{"cniDir", "cni-dir", n.CNIDir, &c.CNIDir},
@@ -56,9 +55,9 @@ func (n *NodePaths) keys(c *netconf.Config) []nodeKey {
 		{"logFile", "log-file", n.LogFile, &c.LogFile},
 		// Unset, these are the defaults: only logFile and kubeconfig mean
 		// something when empty.
-		{"podResourcesSocket", "pod-resources-socket", cmp.Or(n.PodResourcesSocket, netconf.DefaultPodResourcesSocket), &c.PodResourcesSocket},
-		{"deviceCheckpoint", "device-checkpoint", cmp.Or(n.DeviceCheckpoint, netconf.DefaultDeviceCheckpoint), &c.DeviceCheckpoint},
-		{"deviceInfoDir", "device-info-dir", cmp.Or(n.DeviceInfoDir, netconf.DefaultDeviceInfoDir), &c.DeviceInfoDir},
+		{"podResourcesSocket", "pod-resources-socket", cmp.Or(n.PodResourcesSocket, DefaultPodResourcesSocket), &c.PodResourcesSocket},
+		{"deviceCheckpoint", "device-checkpoint", cmp.Or(n.DeviceCheckpoint, DefaultDeviceCheckpoint), &c.DeviceCheckpoint},
+		{"deviceInfoDir", "device-info-dir", cmp.Or(n.DeviceInfoDir, DefaultDeviceInfoDir), &c.DeviceInfoDir},
 		{"multusCNIDir", "multus-cni-dir", n.MultusCNIDir, &c.MultusCNIDir},
 	}
 }
@@ -70,8 +69,8 @@ type nodeKey struct {
 
 // Validate checks the flags: every path that is set is absolute.
 func (n *NodePaths) Validate() error {
-	for _, k := range n.keys(&netconf.Config{}) {
-		if k.daemon != "" && k.daemon != netconf.MultusCNIDirOff && !filepath.IsAbs(k.daemon) {
+	for _, k := range n.keys(&Config{}) {
+		if k.daemon != "" && k.daemon != MultusCNIDirOff && !filepath.IsAbs(k.daemon) {
 			return fmt.Errorf("--%s %q is not an absolute path", k.flag, k.daemon)
 		}
 	}
@@ -83,11 +82,11 @@ func (n *NodePaths) Validate() error {
 	return nil
 }
 
-// apply puts the daemon's node paths into conf, parsed from stdin. A key that
+// Apply puts the daemon's node paths into conf, parsed from stdin. A key that
 // the request set (to a non-empty string: an empty one means "not set", as in
-// netconf.ParseConfig) must equal the daemon's, or the call is refused with
-// code 7, naming the key, both values and the flag.
-func (n *NodePaths) apply(stdin []byte, conf *netconf.Config) error {
+// ParseConfig) must equal the daemon's, or the call is refused with code 7,
+// naming the key, both values and the flag.
+func (n *NodePaths) Apply(stdin []byte, conf *Config) error {
 	var raw struct {
 		BinDir     string `json:"binDir"`
 		CNIDir     string `json:"cniDir"`
@@ -104,14 +103,14 @@ func (n *NodePaths) apply(stdin []byte, conf *netconf.Config) error {
 	}
 	// ParseConfig has decoded the same bytes into the same string fields.
 	if err := json.Unmarshal(stdin, &raw); err != nil {
-		return netconf.Invalid("invalid manifold config: %v", err)
+		return Invalid("invalid manifold config: %v", err)
 	}
 	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.PodResourcesSocket, raw.DeviceCheckpoint, raw.DeviceInfoDir, raw.MultusCNIDir}
 	mine := n.keys(conf)
 	for i, k := range sent.keys(conf) {
 		d := mine[i]
 		if k.daemon != "" && !samePath(k.daemon, d.daemon) {
-			return netconf.Invalid("invalid manifold config: key %q is %q, but this node's daemon serves %q (its --%s): the daemon does not take node paths from a request; leave the key out or set the daemon's value", k.key, k.daemon, d.daemon, d.flag)
+			return Invalid("invalid manifold config: key %q is %q, but this node's daemon serves %q (its --%s): the daemon does not take node paths from a request; leave the key out or set the daemon's value", k.key, k.daemon, d.daemon, d.flag)
 		}
 		*k.conf = d.daemon
 	}

@@ -1,0 +1,36 @@
+package cluster_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/manifold-cni/manifold/e2e/cluster"
+	"github.com/manifold-cni/manifold/internal/testenv"
+)
+
+// TestDocsGiveTheCommands: every kubectl command that the cluster tier and
+// the demo run to install manifold, and to switch modes, stands in
+// docs/install.md as the admin is told to type it.
+func TestDocsGiveTheCommands(t *testing.T) {
+	root, err := testenv.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []cluster.Step
+	for _, m := range []cluster.Mode{cluster.Thin, cluster.Thick} {
+		steps = append(steps, cluster.InstallSteps(m)...)
+	}
+	steps = append(steps, cluster.SwitchSteps(cluster.Thin, cluster.Thick)...)
+	steps = append(steps, cluster.SwitchSteps(cluster.Thick, cluster.Thin)...)
+	for _, s := range steps {
+		if !strings.Contains(string(doc), s.String()) {
+			t.Errorf("docs/install.md does not give the command %q", s)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/manifold-cni/manifold/e2e/crinode"
+	"github.com/manifold-cni/manifold/internal/testenv"
+)
+
+// Leftovers lists what the node still holds of pods that are gone: IP leases
+// of the cluster's networks, host ends of pod interfaces on its bridges,
+// manifold's records and libcni cache files, containerd's libcni cache
+// entries, Device Info files and network namespaces. Call it when the
+// cluster has no user pods: everything it finds is a leak.
+func (c *Cluster) Leftovers() []string {
+	var out []string
+	for _, n := range ownNetworks {
+		out = append(out, walkFiles(filepath.Join("/var/lib/cni/networks", n), "IP lease", func(p string) bool {
+			return net.ParseIP(filepath.Base(p)) != nil
+		})...)
+	}
+	out = append(out, walkFiles("/var/lib/cni/manifold", "manifold record, lock or cache file", nil)...)
+	out = append(out, walkFiles("/run/k8s.cni.cncf.io/devinfo", "Device Info file", nil)...)
+	results, _ := os.ReadDir("/var/lib/cni/results")
+	for _, r := range results {
+		if strings.HasPrefix(r.Name(), ManifoldNetwork+"-") || strings.HasPrefix(r.Name(), PrimaryNetwork+"-") {
+			out = append(out, "containerd's libcni cache entry: /var/lib/cni/results/"+r.Name())
+		}
+	}
+	for _, b := range ownBridges {
+		ports, err := testenv.HostBridgePorts(b)
+		if err != nil {
+			out = append(out, fmt.Sprintf("list the links on bridge %s: %v", b, err))
+		}
+		if len(ports) > 0 {
+			out = append(out, fmt.Sprintf("host links left on bridge %s: %v", b, ports))
+		}
+	}
+	for name := range crinode.HostNetNSNames() {
+		if !c.netnsBefore[name] {
+			out = append(out, "network namespace left: /var/run/netns/"+name)
+		}
+	}
+	return out
+}
+
+// walkFiles lists the files under dir that keep says are leaks (all when keep
+// is nil), each as "<what>: <path>".
+func walkFiles(dir, what string, keep func(string) bool) []string {
+	var out []string
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && (keep == nil || keep(p)) {
+			out = append(out, what+": "+p)
+		}
+		return nil
+	})
+	return out
+}
