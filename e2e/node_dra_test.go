@@ -2,9 +2,12 @@ package e2e
 
 // DRA on the real node (issue 28): a DRA driver of the tests (dradriver, on
 // k8s.io/dynamic-resource-allocation/kubeletplugin) registers with the real
-// kubelet and publishes stand-in NICs (veth ends on the host); the kubelet
-// prepares the claims it allocated; manifold hands each network its NIC and
-// the reference host-device plugin moves that very interface into the pod.
+// kubelet and publishes stand-in NICs (veth ends on the host); pods that
+// name no node ask for them through ResourceClaimTemplates (and a
+// ResourceClaim of their own), kube-controller-manager makes the claims,
+// kube-scheduler allocates the NICs and binds the pods, the kubelet has the
+// driver prepare them; manifold hands each network its NIC and the
+// reference host-device plugin moves that very interface into the pod.
 
 import (
 	"context"
@@ -19,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/e2e/crinode"
@@ -115,61 +119,111 @@ func (n *draNode) hostDeviceNAD(name string, s subnet, annotations map[string]st
 		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`, name, s, n.leaseDir), all)
 }
 
-// claimPod makes a pod on the node whose only container names every claim
-// (so that the kubelet's PodResources lists them), with a claim per entry
-// of claims: pod claim name -> the NICs (by index) of its requests, request
-// "r<j>" the j-th. Each claim is a ResourceClaim allocated and reserved for
-// the pod by the test, as the scheduler would.
-func (n *draNode) claimPod(annotations map[string]string, claims map[string][]int) (*corev1.Pod, map[string]*resourcev1.ResourceClaim) {
+// claimSpec is one claim of a pod: requests "r0", "r1", ... of one NIC
+// each; made from a ResourceClaimTemplate, or else a ResourceClaim of the
+// test's own that the pod names (its name is then claimSpec.name).
+type claimSpec struct {
+	requests int
+	template bool
+	name     string
+}
+
+// schedulePod makes a pod that names no node, whose only container names
+// every claim (so that the kubelet's PodResources lists them), with the
+// claims given (pod claim name -> claimSpec). The controllers make the
+// claims of templates, the scheduler allocates NICs and binds the pod.
+func (n *draNode) schedulePod(annotations map[string]string, claims map[string]claimSpec) *corev1.Pod {
 	n.t.Helper()
-	p := n.userPodSpec(annotations)
-	rcs := map[string]*resourcev1.ResourceClaim{}
+	grace := int64(1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("dra-"), Namespace: n.ns, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			DNSPolicy: corev1.DNSDefault, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "app", Image: crinode.ImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{crinode.Pause}}},
+		},
+	}
 	for _, podClaim := range sorted(keys(claims)) {
-		rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName(podClaim + "-"), Namespace: n.ns}}
-		var results []resourcev1.DeviceRequestAllocationResult
-		for j, nic := range claims[podClaim] {
-			req := fmt.Sprintf("r%d", j)
-			rc.Spec.Devices.Requests = append(rc.Spec.Devices.Requests, resourcev1.DeviceRequest{Name: req,
+		c := claims[podClaim]
+		var spec resourcev1.ResourceClaimSpec
+		for j := range c.requests {
+			spec.Devices.Requests = append(spec.Devices.Requests, resourcev1.DeviceRequest{Name: fmt.Sprintf("r%d", j),
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: n.class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}})
-			results = append(results, resourcev1.DeviceRequestAllocationResult{Request: req, Driver: n.class, Pool: n.name, Device: n.driver.NICs[nic].Device})
 		}
-		created, err := n.k8s.ResourceV1().ResourceClaims(n.ns).Create(n.ctx(), rc, metav1.CreateOptions{})
-		if err != nil {
-			n.t.Fatal(err)
+		ref := corev1.PodResourceClaim{Name: podClaim}
+		if c.template {
+			name := testenv.UniqueName(podClaim + "-")
+			tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.ns}, Spec: resourcev1.ResourceClaimTemplateSpec{Spec: spec}}
+			if _, err := n.k8s.ResourceV1().ResourceClaimTemplates(n.ns).Create(n.ctx(), tmpl, metav1.CreateOptions{}); err != nil {
+				n.t.Fatal(err)
+			}
+			ref.ResourceClaimTemplateName = &name
+		} else {
+			rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: n.ns}, Spec: spec}
+			if _, err := n.k8s.ResourceV1().ResourceClaims(n.ns).Create(n.ctx(), rc, metav1.CreateOptions{}); err != nil {
+				n.t.Fatal(err)
+			}
+			name := c.name
+			ref.ResourceClaimName = &name
 		}
-		created.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: results},
-			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
-				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n.name}}}}}}}
-		if rcs[podClaim], err = n.k8s.ResourceV1().ResourceClaims(n.ns).UpdateStatus(n.ctx(), created, metav1.UpdateOptions{}); err != nil {
-			n.t.Fatal(err)
-		}
-		name := rcs[podClaim].Name
-		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: podClaim, ResourceClaimName: &name})
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, ref)
 		p.Spec.Containers[0].Resources.Claims = append(p.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: podClaim})
 	}
 	p, err := n.k8s.CoreV1().Pods(n.ns).Create(n.ctx(), p, metav1.CreateOptions{})
 	if err != nil {
 		n.t.Fatalf("create pod: %v", err)
 	}
-	for podClaim, rc := range rcs {
-		rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
-		if rcs[podClaim], err = n.k8s.ResourceV1().ResourceClaims(n.ns).UpdateStatus(n.ctx(), rc, metav1.UpdateOptions{}); err != nil {
-			n.t.Fatal(err)
-		}
-	}
-	return p, rcs
+	return p
 }
 
-// userPodSpec is userPod's pod, not created.
-func (n *draNode) userPodSpec(annotations map[string]string) *corev1.Pod {
-	grace := int64(1)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("dra-"), Namespace: n.ns, Annotations: annotations},
-		Spec: corev1.PodSpec{
-			NodeName: n.name, DNSPolicy: corev1.DNSDefault, TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{Name: "app", Image: crinode.ImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{crinode.Pause}}},
-		},
+// podClaims reads the pod's ResourceClaims, by their names in the pod,
+// once each is allocated.
+func (n *draNode) podClaims(p *corev1.Pod) map[string]*resourcev1.ResourceClaim {
+	n.t.Helper()
+	deadline := time.Now().Add(nodeWait)
+	for {
+		got := n.getPod(p)
+		out := map[string]*resourcev1.ResourceClaim{}
+		for _, c := range got.Spec.ResourceClaims {
+			name := c.ResourceClaimName
+			for _, st := range got.Status.ResourceClaimStatuses {
+				if st.Name == c.Name {
+					name = st.ResourceClaimName
+				}
+			}
+			if name == nil {
+				break
+			}
+			rc, err := n.k8s.ResourceV1().ResourceClaims(n.ns).Get(n.ctx(), *name, metav1.GetOptions{})
+			if err != nil || rc.Status.Allocation == nil {
+				break
+			}
+			out[c.Name] = rc
+		}
+		if len(out) == len(got.Spec.ResourceClaims) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("pod %s's claims are not all allocated after %s (%d of %d); events: %v", p.Name, nodeWait, len(out), len(got.Spec.ResourceClaims), eventMessages(n.events(p)))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// nicOf is the NIC (its index) allocated to request of rc.
+func (n *draNode) nicOf(rc *resourcev1.ResourceClaim, request string) int {
+	n.t.Helper()
+	for _, r := range rc.Status.Allocation.Devices.Results {
+		if r.Request != request {
+			continue
+		}
+		for i, nic := range n.driver.NICs {
+			if nic.Device == r.Device {
+				return i
+			}
+		}
+	}
+	n.t.Fatalf("no NIC of the driver allocated to request %s of %s: %+v", request, rc.Name, rc.Status.Allocation)
+	return -1
 }
 
 // podLinks are the links in a running pod's netns: name -> MAC.
@@ -273,7 +327,8 @@ func (n *draNode) waitClaimEntry(rc *resourcev1.ResourceClaim, device string) *r
 }
 
 // checkReleased checks, after the pod is gone, that each NIC is back on the
-// host (the very one) and that no claim holds an entry manifold wrote.
+// host (the very one) and that no claim that is left holds an entry (the
+// driver writes none; a claim made from a template goes with its pod).
 func (n *draNode) checkReleased(rcs map[string]*resourcev1.ResourceClaim, nics ...int) {
 	t := n.t
 	t.Helper()
@@ -290,55 +345,70 @@ func (n *draNode) checkReleased(rcs map[string]*resourcev1.ResourceClaim, nics .
 	}
 	for _, rc := range rcs {
 		got, err := n.k8s.ResourceV1().ResourceClaims(rc.Namespace).Get(n.ctx(), rc.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got.Status.Devices) != 0 {
-			t.Errorf("status.devices of %s after the pod went: %+v, want none (the driver writes none)", rc.Name, got.Status.Devices)
+			t.Errorf("status.devices of %s after the pod went: %+v, want none", rc.Name, got.Status.Devices)
 		}
 	}
 }
 
-// A pod with a claim of one NIC and a NAD of host-device naming the claim
-// as Multus does (resourceName) gets that very interface as net1.
+// A pod that names no node, with a claim of one NIC from a template and a
+// NAD of host-device naming the claim as Multus does (resourceName), is
+// scheduled onto the node and gets that very interface as net2.
 func draOneNIC(n *draNode) {
 	t := n.t
 	n.hostDeviceNAD("dra-nic", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "nic"})
-	p, rcs := n.claimPod(map[string]string{annotNetworks: "dra-nic"}, map[string][]int{"nic": {0}})
+	p := n.schedulePod(map[string]string{annotNetworks: "dra-nic"}, map[string]claimSpec{"nic": {requests: 1, template: true}})
+	rcs := n.podClaims(p)
 	p = n.waitRunning(p)
-	n.checkAttached(p, rcs, map[string]int{"net2": 0})
+	if p.Spec.NodeName != n.name {
+		t.Errorf("pod bound to %q, want %s", p.Spec.NodeName, n.name)
+	}
+	nic := n.nicOf(rcs["nic"], "r0")
+	n.checkAttached(p, rcs, map[string]int{"net2": nic})
 
 	// The real kubelet reports the claim through PodResources, as
 	// manifold reads it when no attribute names a device.
 	c := &podresources.Client{Socket: filepath.Join(n.kubelet.RootDir(), "pod-resources", "kubelet.sock")}
 	defer c.Close()
 	res, _, err := c.Resources(n.ctx(), podresources.Pod{Namespace: p.Namespace, Name: p.Name})
-	if err != nil || len(res.Claims) != 1 || res.Claims[0].Name != rcs["nic"].Name || len(res.Claims[0].Devices) != 1 || res.Claims[0].Devices[0].Device != n.driver.NICs[0].Device {
-		t.Errorf("the kubelet's PodResources: %+v, %v; want claim %s with %s", res.Claims, err, rcs["nic"].Name, n.driver.NICs[0].Device)
+	if err != nil || len(res.Claims) != 1 || res.Claims[0].Name != rcs["nic"].Name || len(res.Claims[0].Devices) != 1 || res.Claims[0].Devices[0].Device != n.driver.NICs[nic].Device {
+		t.Errorf("the kubelet's PodResources: %+v, %v; want claim %s with %s", res.Claims, err, rcs["nic"].Name, n.driver.NICs[nic].Device)
 	}
-	if devs, _ := n.driver.Prepared(rcs["nic"].UID); !slices.Equal(devs, []string{n.driver.NICs[0].Device}) {
+	if devs, _ := n.driver.Prepared(rcs["nic"].UID); !slices.Equal(devs, []string{n.driver.NICs[nic].Device}) {
 		t.Errorf("the driver prepared %v for the claim", devs)
 	}
 
 	n.deleteAndWait(p)
 	n.waitEmpty()
-	n.checkReleased(rcs, 0)
+	n.checkReleased(rcs, nic)
 }
 
-// Two claims, one of them with two requests, each network naming its own:
-// the whole claim, and a request of the other by the precise annotation.
+// Two claims, one of them with two requests: claim a is a ResourceClaim of
+// the test's own that a NAD names by its own name (Multus v4.3.0's form),
+// claim b comes from a template and each of its requests is named by a NAD
+// with the precise annotation.
 func draTwoClaims(n *draNode) {
-	n.hostDeviceNAD("dra-a", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "a"})
+	own := testenv.UniqueName("own-nic-")
+	n.hostDeviceNAD("dra-a", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": own})
 	n.hostDeviceNAD("dra-b0", nextSubnet(), map[string]string{netconf.AnnotResourceClaim: "b/r0"})
 	n.hostDeviceNAD("dra-b1", nextSubnet(), map[string]string{netconf.AnnotResourceClaim: "b/r1"})
-	// net4 names request r1 and net3 r0, so that the results' order is not
+	// net3 names request r1 and net4 r0, so that the results' order is not
 	// what decides.
-	p, rcs := n.claimPod(map[string]string{annotNetworks: "dra-a, dra-b1, dra-b0"}, map[string][]int{"a": {1}, "b": {0, 2}})
+	p := n.schedulePod(map[string]string{annotNetworks: "dra-a, dra-b1, dra-b0"},
+		map[string]claimSpec{"a": {requests: 1, name: own}, "b": {requests: 2, template: true}})
+	rcs := n.podClaims(p)
 	p = n.waitRunning(p)
-	n.checkAttached(p, rcs, map[string]int{"net2": 1, "net3": 2, "net4": 0})
+	want := map[string]int{"net2": n.nicOf(rcs["a"], "r0"), "net3": n.nicOf(rcs["b"], "r1"), "net4": n.nicOf(rcs["b"], "r0")}
+	n.checkAttached(p, rcs, want)
 	n.deleteAndWait(p)
 	n.waitEmpty()
-	n.checkReleased(rcs, 0, 1, 2)
+	n.checkReleased(rcs, want["net2"], want["net3"], want["net4"])
 }
 
 // A pod with more networks on a claim than it has devices does not start:
@@ -347,7 +417,9 @@ func draTwoClaims(n *draNode) {
 func draTooFew(n *draNode) {
 	t := n.t
 	n.hostDeviceNAD("dra-few", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "nic"})
-	p, rcs := n.claimPod(map[string]string{annotNetworks: "dra-few, dra-few"}, map[string][]int{"nic": {1}})
+	p := n.schedulePod(map[string]string{annotNetworks: "dra-few, dra-few"}, map[string]claimSpec{"nic": {requests: 1, template: true}})
+	rcs := n.podClaims(p)
+	nic := n.nicOf(rcs["nic"], "r0")
 	want := "2 network(s) draw a device from it"
 	deadline := time.Now().Add(nodeWait)
 	for {
@@ -363,10 +435,10 @@ func draTooFew(n *draNode) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if !testenv.HostLinkExists(n.driver.NICs[1].IfName) {
-		t.Errorf("NIC %s left the host for a pod that did not start", n.driver.NICs[1].IfName)
+	if !testenv.HostLinkExists(n.driver.NICs[nic].IfName) {
+		t.Errorf("NIC %s left the host for a pod that did not start", n.driver.NICs[nic].IfName)
 	}
 	n.deleteAndWait(p)
 	n.waitEmpty()
-	n.checkReleased(rcs, 1)
+	n.checkReleased(rcs, nic)
 }
