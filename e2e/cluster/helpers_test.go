@@ -42,15 +42,17 @@ var wantInterfaces = []string{"eth0", "net1", "net2"}
 
 // tenv is one test's view of the cluster: a namespace with the two NADs.
 type tenv struct {
-	t  *testing.T
-	c  *cluster.Cluster
-	ns string
+	t    *testing.T
+	c    *cluster.Cluster
+	ns   string
+	logs *cluster.LogKeeper // manifold's DaemonSet pods' logs, deleted pods' too
 }
 
 func newTenv(t *testing.T) *tenv {
 	t.Helper()
 	c := theCluster(t)
-	e := &tenv{t: t, c: c, ns: testenv.UniqueName("ct-")}
+	e := &tenv{t: t, c: c, ns: testenv.UniqueName("ct-"), logs: c.KeepLogs()}
+	t.Cleanup(e.logs.Stop)
 	if err := ensureGreenParent(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +197,7 @@ type configGuard struct {
 	done chan struct{}
 	mu   sync.Mutex
 	bad  []string
+	last string // the problem of the last sample, "" when there was none
 	n    int
 }
 
@@ -211,8 +214,16 @@ func guardConfig() *configGuard {
 			problem := configProblem()
 			g.mu.Lock()
 			g.n++
-			if problem != "" && (len(g.bad) == 0 || g.bad[len(g.bad)-1] != problem) {
-				g.bad = append(g.bad, time.Now().Format("15:04:05.000")+" "+problem)
+			// A problem is reported when it starts, with when it ended.
+			if problem != g.last {
+				now := time.Now().Format("15:04:05.000")
+				if g.last != "" {
+					g.bad[len(g.bad)-1] += " (until " + now + ")"
+				}
+				if problem != "" {
+					g.bad = append(g.bad, now+" "+problem)
+				}
+				g.last = problem
 			}
 			g.mu.Unlock()
 		}

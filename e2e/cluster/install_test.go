@@ -78,7 +78,7 @@ func (e *tenv) install(mode cluster.Mode, image string) {
 	e.t.Logf("%s mode installed with kubectl in %s", mode, time.Since(start).Round(time.Millisecond))
 	e.t.Cleanup(func() {
 		if e.t.Failed() {
-			e.t.Logf("installer and daemon logs:\n%s", e.installerLogs(mode))
+			e.t.Logf("installer and daemon logs, from every pod of this test:\n%s\n%s", e.installerLogs(cluster.Thin), e.installerLogs(cluster.Thick))
 		}
 	})
 }
@@ -190,7 +190,7 @@ func (e *tenv) fresh(p *corev1.Pod) *corev1.Pod {
 // installerLogs are the logs of the DaemonSet's containers, for a failure
 // report.
 func (e *tenv) installerLogs(mode cluster.Mode) string {
-	return e.c.DaemonSetLogs(e.ctx(), mode.DaemonSet, 6000)
+	return e.logs.Logs(mode.DaemonSet, 6000)
 }
 
 func firstIP(ips []string) string {
