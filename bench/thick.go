@@ -60,6 +60,11 @@ func (b *bench) setupThick() error {
 	daemon, baseShim := b.manifold, shim
 	if b.baseline != "" {
 		daemon = b.baseline
+		if !hasDaemon(daemon) {
+			// A revision from before thick mode: the thin baseline arm only.
+			logf("-baseline %s has no daemon mode: no thick baseline arm", daemon)
+			return nil
+		}
 	}
 	if b.baselineShim != "" {
 		baseShim = b.baselineShim
@@ -160,6 +165,14 @@ func parseProcCPU(stat string) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
+// hasDaemon reports whether this manifold binary has a daemon mode, from the
+// usage text of `manifold daemon -h` (a binary without one answers as a CNI
+// plugin called with no command).
+func hasDaemon(manifold string) bool {
+	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
+	return strings.Contains(string(out), "-socket")
 }
 
 // daemonTakesNodeFlags reports whether `manifold daemon` of this binary has
