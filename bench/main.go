@@ -181,6 +181,7 @@ func run(s settings, out string) (err error) {
 				res.Overhead = append(res.Overhead, o)
 			}
 		}
+		res.Targets = targets(res.Overhead)
 	}
 	if want("fresh") {
 		for _, kind := range []string{kindReal, kindNoop} {

@@ -26,6 +26,11 @@ const armThick = "thick"
 // thick mode in one interleaved run. It has its own daemon and socket.
 const armThickBaseline = "thick-baseline"
 
+// armThickConcurrent is armThick with concurrentAttachments on: the same
+// daemon and shim, a config that attaches independent extra networks at once
+// (docs/configuration.md).
+const armThickConcurrent = "thick-concurrent"
+
 // thickArm is one daemon and the bin dir whose manifold-shim calls it.
 type thickArm struct {
 	dir, socket string
@@ -111,7 +116,7 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 // thickArmOf is the daemon behind a thick arm, or nil for other arms.
 func (b *bench) thickArmOf(arm string) *thickArm {
 	switch arm {
-	case armThick:
+	case armThick, armThickConcurrent:
 		return b.thick
 	case armThickBaseline:
 		return b.thickBase
