@@ -24,7 +24,7 @@ TOOL_ENV = MANIFOLD_BIN=$(CURDIR)/bin/manifold \
 	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
 	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p)
 
-.PHONY: all build image tools plugins control-plane node test unit fuzz demo bench lint clean
+.PHONY: all build image tools plugins control-plane node test unit fuzz demo bench bench-compare lint clean
 
 all: build
 
@@ -76,10 +76,26 @@ demo: build tools
 bench: build tools
 	$(TOOL_ENV) $(GO) run ./bench -out bench-results.json
 
+# The overhead section with another git revision as the baseline arms, thin
+# and daemon mode, in the same iterations as today's (docs/performance.md):
+# make bench-compare REV=<revision> [BENCHFLAGS='-n 20 -kinds real -nets 3'].
+# hack/bench-compare.sh builds the revision (git archive, its own go.mod) into
+# $(CACHE)/baseline-<commit>.
+bench-compare: build plugins control-plane
+	@test -n "$(REV)" || { echo "usage: make bench-compare REV=<git revision>" >&2; exit 2; }
+	base=$$(bash hack/bench-compare.sh '$(REV)') && \
+	shim=$$([ -x $$base/manifold-shim ] && echo "-baseline-shim $$base/manifold-shim" || true) && \
+	MANIFOLD_BIN=$(CURDIR)/bin/manifold \
+	MANIFOLD_SHIM=$(CURDIR)/bin/manifold-shim \
+	MANIFOLD_PLUGINS_DIR=$$(bash hack/build-plugins.sh) \
+	MANIFOLD_KUBE_APISERVER=$$(bash hack/build-control-plane.sh | sed -n 1p) \
+	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
+	$(GO) run ./bench -only overhead -baseline $$base/manifold $$shim -out bench-compare.json $(BENCHFLAGS)
+
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 clean:
-	rm -rf bin bench-results.json
+	rm -rf bin bench-results.json bench-compare.json

@@ -64,7 +64,7 @@ func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox)
 		rt = b.shimRuntime
 	case armBaseline:
 		rt = b.baseRuntime
-	case armThick, armThickBaseline:
+	case armThick, armThickBaseline, armThickConcurrent:
 		rt = b.thickArmOf(arm).runtime
 	}
 	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}

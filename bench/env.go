@@ -173,6 +173,9 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 		if b.confs[armThick+"/"+kind], err = b.thickConfList(kind, b.thick); err != nil {
 			return err
 		}
+		if b.confs[armThickConcurrent+"/"+kind], err = withKeys(b.confs[armThick+"/"+kind], map[string]any{"concurrentAttachments": true}); err != nil {
+			return err
+		}
 		if b.thickBase != nil {
 			if b.confs[armThickBaseline+"/"+kind], err = b.thickConfList(kind, b.thickBase); err != nil {
 				return err

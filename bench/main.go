@@ -25,6 +25,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +48,9 @@ type settings struct {
 	baseline, baselineShim             string
 	hotplugRounds, deviceIterations    int
 	updates                            int
+	// kinds and nets narrow the overhead section to some delegate sets and
+	// network counts.
+	kinds, nets string
 }
 
 func main() {
@@ -70,6 +75,8 @@ func main() {
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
 	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices and dra sections")
 	flag.IntVar(&s.updates, "n-updates", 20, "label patches per arm of the updates section")
+	flag.StringVar(&s.kinds, "kinds", kindReal+","+kindNoop, "delegate sets of the overhead section (real, noop)")
+	flag.StringVar(&s.nets, "nets", "1,3,8", "network counts of the overhead section")
 	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,updates,devices,dra,cluster,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
@@ -86,7 +93,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -150,15 +157,7 @@ func run(s settings, out string) (err error) {
 	res.Meta.OwnTimeNote = "manifold_own = manifold's process lifetime minus the time when at least one delegate process it started existed (their lifetimes overlap, since manifold starts the next delegate early), both from kernel process events (fork to exit)"
 
 	want := func(section string) bool {
-		if s.only == "" {
-			return true
-		}
-		for _, x := range strings.Split(s.only, ",") {
-			if strings.TrimSpace(x) == section {
-				return true
-			}
-		}
-		return false
+		return s.only == "" || slices.Contains(splitList(s.only), section)
 	}
 
 	if want("startup") {
@@ -168,8 +167,15 @@ func run(s settings, out string) (err error) {
 		}
 	}
 	if want("overhead") {
-		for _, kind := range []string{kindReal, kindNoop} {
-			for _, n := range []int{1, 3, 8} {
+		nets, err := parseNets(s.nets)
+		if err != nil {
+			return err
+		}
+		for _, kind := range splitList(s.kinds) {
+			if kind != kindReal && kind != kindNoop {
+				return fmt.Errorf("-kinds: %q is not a delegate set (real, noop)", kind)
+			}
+			for _, n := range nets {
 				iters := s.iterations
 				if kind == kindNoop {
 					iters = s.noopIterations
@@ -182,6 +188,7 @@ func run(s settings, out string) (err error) {
 				res.Overhead = append(res.Overhead, o)
 			}
 		}
+		res.Targets = targets(res.Overhead)
 	}
 	if want("fresh") {
 		for _, kind := range []string{kindReal, kindNoop} {
@@ -273,6 +280,30 @@ func run(s settings, out string) (err error) {
 		logf("wrote %s", out)
 	}
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// parseNets reads -nets: network counts, each at least 1.
+func parseNets(v string) ([]int, error) {
+	var out []int
+	for _, x := range splitList(v) {
+		n, err := strconv.Atoi(x)
+		if err != nil || n < 1 || n > maxNetworks {
+			return nil, fmt.Errorf("-nets: %q is not a network count (1 to %d)", x, maxNetworks)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func utsString(b []int8) string {

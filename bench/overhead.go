@@ -29,6 +29,10 @@ type verbResult struct {
 	// interleaved iterations, and ThickRatioP50 its median over the reference's.
 	Thick         *dist   `json:"thick,omitempty"`
 	ThickRatioP50 float64 `json:"thick_ratio_p50,omitempty"`
+	// ThickConcurrent is thick mode with concurrentAttachments on, from
+	// the same iterations, and its median over the reference's.
+	ThickConcurrent         *dist   `json:"thick_concurrent,omitempty"`
+	ThickConcurrentRatioP50 float64 `json:"thick_concurrent_ratio_p50,omitempty"`
 	// Baseline and BaselineOwn are the -baseline binary's figures, from the
 	// same interleaved iterations.
 	Baseline    *dist `json:"baseline,omitempty"`
@@ -59,15 +63,17 @@ type overheadResult struct {
 	// over the recorded iterations, read from /proc around each thick ADD
 	// and DEL. It includes the status write, which the DEL waits for.
 	DaemonCPUPerAddDel float64 `json:"thick_daemon_cpu_ms_per_add_del,omitempty"`
-	// BaselineDaemonCPUPerAddDel is the same for the thick baseline arm.
-	BaselineDaemonCPUPerAddDel float64 `json:"thick_baseline_daemon_cpu_ms_per_add_del,omitempty"`
+	// BaselineDaemonCPUPerAddDel is the same for the thick baseline arm,
+	// and ConcurrentDaemonCPUPerAddDel for the concurrentAttachments arm.
+	BaselineDaemonCPUPerAddDel   float64 `json:"thick_baseline_daemon_cpu_ms_per_add_del,omitempty"`
+	ConcurrentDaemonCPUPerAddDel float64 `json:"thick_concurrent_daemon_cpu_ms_per_add_del,omitempty"`
 }
 
 type verbSamples struct {
 	manifold, reference, overhead             []time.Duration
 	own, before, between, after, delegateTime []time.Duration
 	baseline, baselineOwn                     []time.Duration
-	thick, thickBaseline                      []time.Duration
+	thick, thickBaseline, thickConcurrent     []time.Duration
 }
 
 func (v *verbSamples) result() verbResult {
@@ -84,6 +90,10 @@ func (v *verbSamples) result() verbResult {
 	if len(v.thick) > 0 {
 		thick := summarize(v.thick)
 		r.Thick, r.ThickRatioP50 = &thick, ratio(thick.P50, r.Reference.P50)
+	}
+	if len(v.thickConcurrent) > 0 {
+		conc := summarize(v.thickConcurrent)
+		r.ThickConcurrent, r.ThickConcurrentRatioP50 = &conc, ratio(conc.P50, r.Reference.P50)
 	}
 	if len(v.thickBaseline) > 0 {
 		base := summarize(v.thickBaseline)
@@ -138,7 +148,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
 	daemonCPU := map[string]time.Duration{}
-	arms := []string{armManifold, armDirect, armThick}
+	arms := []string{armManifold, armDirect, armThick, armThickConcurrent}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
 	}
@@ -186,6 +196,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 		for i, v := range []*verbSamples{&add, &del} {
 			v.add(got[armManifold][i], got[armDirect][i], b.watch != nil)
 			v.thick = append(v.thick, got[armThick][i].Wall)
+			v.thickConcurrent = append(v.thickConcurrent, got[armThickConcurrent][i].Wall)
 			if base, ok := got[armBaseline]; ok {
 				v.baseline = append(v.baseline, base[i].Wall)
 				if b.watch != nil {
@@ -200,6 +211,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	res.Add, res.Del = add.result(), del.result()
 	if iterations > 0 {
 		res.DaemonCPUPerAddDel = ms(daemonCPU[armThick]) / float64(iterations)
+		res.ConcurrentDaemonCPUPerAddDel = ms(daemonCPU[armThickConcurrent]) / float64(iterations)
 		if b.thickBase != nil {
 			res.BaselineDaemonCPUPerAddDel = ms(daemonCPU[armThickBaseline]) / float64(iterations)
 		}

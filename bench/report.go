@@ -14,6 +14,8 @@ type results struct {
 	Meta     meta              `json:"meta"`
 	Startup  *startupResult    `json:"startup,omitempty"`
 	Overhead []*overheadResult `json:"overhead,omitempty"`
+	// Targets are the overhead section's figures against the targets.
+	Targets []target `json:"targets,omitempty"`
 	// Fresh is the overhead of pods written to just before each ADD.
 	Fresh       []*overheadResult `json:"fresh_pod,omitempty"`
 	API         []*apiResult      `json:"api_requests,omitempty"`
@@ -112,6 +114,18 @@ func (r *results) printTable(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+
+	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickConcurrent != nil {
+		fmt.Fprintf(w, "\nThick mode with concurrentAttachments, in the same iterations, ms p50 / p99\n")
+		pairTable(w, r.Overhead, "concurrent", "thick", func(r verbResult) (dist, float64, dist, float64) {
+			return *r.ThickConcurrent, r.ThickConcurrentRatioP50, *r.Thick, r.ThickRatioP50
+		})
+		fmt.Fprintf(w, "\nThe daemon's CPU time per ADD and DEL with concurrentAttachments (mean, ms)\n")
+		for _, o := range r.Overhead {
+			fmt.Fprintf(w, "  %s, %d nets: %.1f\n", o.Delegates, o.Networks, o.ConcurrentDaemonCPUPerAddDel)
+		}
+	}
+	printTargets(w, r.Overhead)
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickBaseline != nil {
 		fmt.Fprintf(w, "\nThick baseline (-baseline daemon and/or -baseline-shim) in the same iterations, ms p50 / p99\n")

@@ -26,6 +26,11 @@ const armThick = "thick"
 // thick mode in one interleaved run. It has its own daemon and socket.
 const armThickBaseline = "thick-baseline"
 
+// armThickConcurrent is armThick with concurrentAttachments on: the same
+// daemon and shim, a config that attaches independent extra networks at once
+// (docs/configuration.md).
+const armThickConcurrent = "thick-concurrent"
+
 // thickArm is one daemon and the bin dir whose manifold-shim calls it.
 type thickArm struct {
 	dir, socket string
@@ -60,6 +65,11 @@ func (b *bench) setupThick() error {
 	daemon, baseShim := b.manifold, shim
 	if b.baseline != "" {
 		daemon = b.baseline
+		if !hasDaemon(daemon) {
+			// A revision from before thick mode: the thin baseline arm only.
+			logf("-baseline %s has no daemon mode: no thick baseline arm", daemon)
+			return nil
+		}
 	}
 	if b.baselineShim != "" {
 		baseShim = b.baselineShim
@@ -106,7 +116,7 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 // thickArmOf is the daemon behind a thick arm, or nil for other arms.
 func (b *bench) thickArmOf(arm string) *thickArm {
 	switch arm {
-	case armThick:
+	case armThick, armThickConcurrent:
 		return b.thick
 	case armThickBaseline:
 		return b.thickBase
@@ -160,6 +170,14 @@ func parseProcCPU(stat string) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
+// hasDaemon reports whether this manifold binary has a daemon mode, from the
+// usage text of `manifold daemon -h` (a binary without one answers as a CNI
+// plugin called with no command).
+func hasDaemon(manifold string) bool {
+	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
+	return strings.Contains(string(out), "-socket")
 }
 
 // daemonTakesNodeFlags reports whether `manifold daemon` of this binary has

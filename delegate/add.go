@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -52,8 +54,15 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		return nil, err
 	}
 
-	results := make([]types.Result, 0, len(rec.Attachments))
-	for i := range rec.Attachments {
+	results := make([]types.Result, len(rec.Attachments))
+	for _, wave := range waves(rec.Attachments, r.Concurrent) {
+		if len(wave) > 1 {
+			if last, err := r.addWave(ctx, rec, wave, results); err != nil {
+				return fail(last, err)
+			}
+			continue
+		}
+		i := wave[0]
 		if err := r.confirm(ctx, rec, i); err != nil {
 			return fail(i-1, err) // attachment i was not attempted
 		}
@@ -64,13 +73,57 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 		if err != nil {
 			return fail(i, err) // it may have half-attached
 		}
-		results = append(results, res)
+		results[i] = res
 	}
 
 	if err := r.applyDefaultRoute(ctx, rec, results); err != nil {
 		return fail(len(rec.Attachments)-1, err)
 	}
 	return results, nil
+}
+
+// addWave attaches the attachments of one wave (their positions, in order)
+// at once, each in its own goroutine, and fills in their results. Each is
+// confirmed first, in order, and its node files prepared, so the record holds
+// all of them before any runs. When one fails, it waits for the others, and
+// returns the error of the first failed in attachment order, with the last
+// position attempted: the caller undoes everything up to it, the wave's
+// attachments that succeeded included. A refused confirmation returns the
+// position before the wave: nothing of it was attempted.
+func (r *Runner) addWave(ctx context.Context, rec *scratch.Record, wave []int, results []types.Result) (int, error) {
+	for _, i := range wave {
+		if err := r.confirm(ctx, rec, i); err != nil {
+			return wave[0] - 1, err
+		}
+	}
+	r.expectWave(rec, wave)
+	atts := make([]string, 0, len(wave))
+	for _, i := range wave {
+		atts = append(atts, rec.Attachments[i].IfName)
+		if r.Prepare != nil {
+			r.Prepare(&rec.Attachments[i])
+		}
+	}
+	r.Log.Debug("delegates add at once (concurrentAttachments)", "attachments", strings.Join(atts, ","))
+	errs := make([]error, len(rec.Attachments))
+	var wg sync.WaitGroup
+	for _, i := range wave {
+		wg.Go(func() { results[i], errs[i] = r.addOne(ctx, rec, &rec.Attachments[i]) })
+	}
+	wg.Wait()
+	last := wave[len(wave)-1]
+	for _, i := range wave {
+		if errs[i] != nil {
+			return last, errs[i]
+		}
+	}
+	// Back to one at a time: plan the early starts of what follows.
+	rest := make([]*netconf.Attachment, 0, len(rec.Attachments)-last-1)
+	for j := last + 1; j < len(rec.Attachments); j++ {
+		rest = append(rest, &rec.Attachments[j])
+	}
+	r.expect("ADD", rec, rest)
+	return last, nil
 }
 
 // confirm asks Confirm about attachment i (i > 0). A replacement is saved in

@@ -100,6 +100,11 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	if netnsGone(rec.NetNS) {
 		rec.NetNS = ""
 	}
+	// The first DEL is that of the last recorded attachment whatever the
+	// cache holds (what only the cache knows is deleted after the recorded
+	// ones): its process starts now, while the cache is read, and the plan
+	// is completed below.
+	r.expect("DEL", rec, reversed(rec.Attachments))
 
 	atts := rec.Attachments
 	// A cache that cannot be read may hold attachments that the record does
@@ -132,11 +137,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 		}
 	}
 
-	// In reverse order of attachment.
-	order := make([]*netconf.Attachment, 0, len(atts))
-	for i := len(atts) - 1; i >= 0; i-- {
-		order = append(order, &atts[i])
-	}
+	order := reversed(atts)
 	r.expect("DEL", rec, order)
 	defer r.Prestart.Close()
 	var errs []error
@@ -175,6 +176,15 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	}
 	l.Unlock(len(errs) == 0)
 	return errors.Join(errs...)
+}
+
+// reversed lists atts in reverse order of attachment: the order of DEL.
+func reversed(atts []netconf.Attachment) []*netconf.Attachment {
+	order := make([]*netconf.Attachment, 0, len(atts))
+	for i := len(atts) - 1; i >= 0; i-- {
+		order = append(order, &atts[i])
+	}
+	return order
 }
 
 // delBounded is delOne with a budget of its own (undoContext). file is the

@@ -59,10 +59,14 @@ type Exec struct {
 	// started early then (nil: cpuBusy).
 	Busy func() bool
 
-	mu    sync.Mutex
-	plan  []Call // the calls expected next, in order
-	next  *proc  // started for plan[0]; nil if none
-	stats PrestartStats
+	mu   sync.Mutex
+	plan []Call // the calls expected next, in order
+	// anyOrder: the calls of plan come at once, in any order (a wave of
+	// concurrent attachments); next serves whichever of them it matches,
+	// and nothing more is started early.
+	anyOrder bool
+	next     *proc // started for plan[0] (anyOrder: for one of plan); nil if none
+	stats    PrestartStats
 }
 
 var _ invoke.Exec = (*Exec)(nil)
@@ -98,13 +102,25 @@ type PrestartStats struct {
 // empty list stops any waiting process. Nil-safe, so that callers need not
 // know whether early starts are on.
 func (e *Exec) Expect(calls []Call) {
+	e.expect(calls, false)
+}
+
+// ExpectAnyOrder sets calls that come next all at once, in any order: the
+// first plugin call of each attachment of a wave that Add runs concurrently.
+// A process already waiting for one of them is kept and serves it; no other
+// is started early, since each starts at once anyway.
+func (e *Exec) ExpectAnyOrder(calls []Call) {
+	e.expect(calls, true)
+}
+
+func (e *Exec) expect(calls []Call, anyOrder bool) {
 	if e == nil {
 		return
 	}
 	e.mu.Lock()
-	e.plan = slices.Clone(calls)
+	e.plan, e.anyOrder = slices.Clone(calls), anyOrder
 	var stale *proc
-	if e.next != nil && (len(calls) == 0 || !calls[0].equal(e.next.call.Path, e.next.call.Env)) {
+	if e.next != nil && e.planIndexLocked(e.next.call.Path, e.next.call.Env) < 0 {
 		stale, e.next = e.next, nil
 		stale.guard.Stop()
 		e.stats.Discarded++
@@ -112,6 +128,20 @@ func (e *Exec) Expect(calls []Call) {
 	e.startNextLocked()
 	e.mu.Unlock()
 	stale.kill()
+}
+
+// planIndexLocked is the position in plan of the call (path, env) as the
+// plan expects it: in order, only plan[0]; in any order, any; -1 if none.
+func (e *Exec) planIndexLocked(path string, env []string) int {
+	for i, c := range e.plan {
+		if c.equal(path, env) {
+			return i
+		}
+		if !e.anyOrder {
+			break
+		}
+	}
+	return -1
 }
 
 // Close stops any waiting process. It is safe to call more than once, and on nil.
@@ -146,7 +176,7 @@ func (e *Exec) Stats() PrestartStats {
 // call starts its own process when its turn comes. A process still waiting
 // after Guard is killed (and started again when its turn comes).
 func (e *Exec) startNextLocked() {
-	if e.next != nil || len(e.plan) == 0 {
+	if e.next != nil || len(e.plan) == 0 || e.anyOrder {
 		return
 	}
 	busy := e.Busy
@@ -209,24 +239,26 @@ func busyFrom(loadavg string, ncpu int) bool {
 }
 
 // take returns the process waiting for this call, or nil, and moves the plan
-// on. A call the plan did not expect ends the plan, and the process waiting
-// for another call is returned as stale.
+// on. In order, a call the plan did not expect ends the plan, and the
+// process waiting for another call is returned as stale. In any order, the
+// waiting process serves only its own call, and waits for it otherwise.
 func (e *Exec) take(path string, env []string) (mine, stale *proc) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	expected := len(e.plan) > 0 && e.plan[0].equal(path, env)
-	if expected {
-		e.plan = e.plan[1:]
-	} else {
+	i := e.planIndexLocked(path, env)
+	switch {
+	case i >= 0:
+		e.plan = slices.Delete(e.plan, i, i+1)
+	case !e.anyOrder:
 		e.plan = nil
 	}
 	p := e.next
-	e.next = nil
-	if p == nil {
+	if p == nil || (e.anyOrder && !p.call.equal(path, env)) {
 		return nil, nil
 	}
+	e.next = nil
 	p.guard.Stop()
-	if !expected {
+	if i < 0 {
 		e.stats.Discarded++
 		return nil, p
 	}

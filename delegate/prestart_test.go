@@ -382,3 +382,53 @@ func TestBusyFrom(t *testing.T) {
 		}
 	}
 }
+
+// DEL starts the process of its first delegate, the last recorded
+// attachment, as soon as it has the record, while the libcni cache is read
+// (a directory of every container's entries). Here the cache read is held
+// up: one of the container's entries is a FIFO that nobody writes yet.
+func TestDelStartsFirstDelegateBeforeCacheRead(t *testing.T) {
+	dir := t.TempDir()
+	scriptPlugin(t, dir, "p", "", "")
+	r, _ := scriptRunner(t, dir)
+	cacheDir := t.TempDir()
+	r.CNI = NewCNI(dir, "", cacheDir, r.Prestart)
+	rec := &scratch.Record{ContainerID: "c1", NetNS: "/var/run/netns/none",
+		Attachments: []netconf.Attachment{scriptAtt("a", "eth0", "p"), scriptAtt("b", "net1", "p")}}
+	if _, err := r.Add(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(cacheDir, "results", "x-c1-net9")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Opening the FIFO's other end (read-write, which never blocks) lets
+	// libcni's read of it end, empty: not an entry it keeps.
+	release := func() {
+		if f, err := os.OpenFile(fifo, os.O_RDWR, 0); err == nil {
+			f.Close()
+		}
+	}
+	t.Cleanup(release)
+	done := make(chan error, 1)
+	go func() { done <- r.Del(context.Background(), DelRequest{ContainerID: "c1", IfName: "eth0"}) }()
+	// The shell opens its stdin file as it starts, before it reads stdin.
+	waitStarted(t, dir, "DEL", "net1")
+	select {
+	case err := <-done:
+		t.Fatalf("DEL finished (%v) while the cache read was held up", err)
+	default:
+	}
+	if got, _ := stdinOf(t, dir, "DEL", "net1"); got != "" {
+		t.Errorf("net1's DEL read its config (%q) before the cache was read", got)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	for _, ifname := range []string{"eth0", "net1"} {
+		if got, ok := stdinOf(t, dir, "DEL", ifname); !ok || got == "" {
+			t.Errorf("%s was not deleted", ifname)
+		}
+	}
+}

@@ -53,6 +53,9 @@ type Runner struct {
 	// networks Multus attached from a NAD are held to, as at ADD
 	// (multus.Options).
 	AllowedPluginTypes []string
+	// Concurrent attaches independent extra networks at once, in waves
+	// (concurrentAttachments; waves).
+	Concurrent bool
 	// Prestart, when set, is the Exec that CNI runs plugins with: ADD and
 	// DEL tell it the plugin calls to expect, so that it can start each
 	// process before its turn. CNI must then be a *libcni.CNIConfig.
@@ -146,16 +149,35 @@ func (r *Runner) ExpectAdd(rec *scratch.Record) {
 // environment that libcni will pass. It stops at the first attachment it
 // cannot predict; a wrong prediction costs only the early start.
 func (r *Runner) expect(cmd string, rec *scratch.Record, atts []*netconf.Attachment) {
-	cfg, ok := r.CNI.(*libcni.CNIConfig)
-	if r.Prestart == nil || !ok {
+	if _, ok := r.CNI.(*libcni.CNIConfig); r.Prestart == nil || !ok {
 		return
 	}
+	r.Prestart.Expect(r.calls(cmd, rec, atts, false))
+}
+
+// expectWave tells Prestart that the first plugin calls of the wave's
+// attachments come next, at once (Exec.ExpectAnyOrder).
+func (r *Runner) expectWave(rec *scratch.Record, wave []int) {
+	if _, ok := r.CNI.(*libcni.CNIConfig); r.Prestart == nil || !ok {
+		return
+	}
+	atts := make([]*netconf.Attachment, len(wave))
+	for k, i := range wave {
+		atts[k] = &rec.Attachments[i]
+	}
+	r.Prestart.ExpectAnyOrder(r.calls("ADD", rec, atts, true))
+}
+
+// calls predicts the plugin calls of cmd on atts, in order: every plugin of
+// each conflist, or with firstOnly the first each runs. It stops at the
+// first attachment it cannot predict. r.CNI is a *libcni.CNIConfig.
+func (r *Runner) calls(cmd string, rec *scratch.Record, atts []*netconf.Attachment, firstOnly bool) []Call {
+	cfg := r.CNI.(*libcni.CNIConfig)
 	var calls []Call
-attachments:
 	for _, att := range atts {
 		list, err := confList(att)
 		if err != nil {
-			break
+			return calls
 		}
 		rt := runtimeConf(rec, att) // Del has already blanked a netns that is gone
 		env := (&invoke.Args{
@@ -171,15 +193,18 @@ attachments:
 			plugins = slices.Clone(plugins)
 			slices.Reverse(plugins)
 		}
+		if firstOnly {
+			plugins = plugins[:1]
+		}
 		for _, p := range plugins {
 			path, err := r.Prestart.FindInPath(p.Network.Type, cfg.Path)
 			if err != nil {
-				break attachments
+				return calls
 			}
 			calls = append(calls, Call{Path: path, Env: env})
 		}
 	}
-	r.Prestart.Expect(calls)
+	return calls
 }
 
 // confList parses an attachment's stored conflist for libcni.

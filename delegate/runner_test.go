@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -22,11 +23,13 @@ import (
 // privileged tests run the real plugins.
 type fakeCNI struct {
 	libcni.CNI // unused methods panic
-	calls      []string
-	failAdd    map[string]error
-	failDel    map[string]error
-	cached     []*libcni.NetworkAttachment
-	cacheErr   error
+	// mu guards calls: with concurrentAttachments, ADDs run at once.
+	mu       sync.Mutex
+	calls    []string
+	failAdd  map[string]error
+	failDel  map[string]error
+	cached   []*libcni.NetworkAttachment
+	cacheErr error
 	// onAdd, when set, runs at the start of each ADD.
 	onAdd func(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf)
 }
@@ -35,7 +38,9 @@ func (f *fakeCNI) AddNetworkList(_ context.Context, l *libcni.NetworkConfigList,
 	if f.onAdd != nil {
 		f.onAdd(l, rt)
 	}
+	f.mu.Lock()
 	f.calls = append(f.calls, "ADD "+l.Name+" "+rt.IfName)
+	f.mu.Unlock()
 	if err := f.failAdd[l.Name]; err != nil {
 		return nil, err
 	}

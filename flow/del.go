@@ -30,7 +30,6 @@ func (p *Plugin) cmdDel(args *skel.CmdArgs) error {
 		c.log.Warn("DEL for a container ID that ADD would refuse; nothing to do", "error", err)
 		return c.finish(nil)
 	}
-	p.awaitReport(c)
 	if err != nil {
 		// A bad CNI_IFNAME or CNI_ARGS does not stop DEL: the record says what to
 		// delete, and a DEL that fails forever would wedge the pod's removal.
@@ -49,6 +48,13 @@ func (p *Plugin) cmdDel(args *skel.CmdArgs) error {
 		req.Fallback = func(ctx context.Context) *netconf.Attachment { return p.fallbackNetwork(ctx, c) }
 	}
 	err = c.runner.Del(c.ctx, req)
+	// In the daemon, an ADD's status write for this container may still be
+	// on its way (the ADD answered first). It touches only the API server,
+	// and DEL only the node, so they run at the same time; DEL answers once
+	// the write is done, so that it never lands after the DEL that undid the
+	// attachments, and after it a new sandbox's status cannot be overwritten
+	// by this one's (docs/performance-history.md, change 15).
+	p.awaitReport(c)
 	if left := delegate.LeftBehind(err); len(left) > 0 {
 		p.leftBehindEvent(c, left)
 	}

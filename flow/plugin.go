@@ -184,6 +184,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		LockTimeout:        conf.LockTimeout,
 		UndoTimeout:        conf.CallTimeout,
 		RetryDeleteOnError: conf.RetryDeleteOnError,
+		Concurrent:         conf.ConcurrentAttachments,
 		MultusDir:          conf.MultusDir(),
 		CNIFor:             func(dir string) libcni.CNI { return delegate.NewCNI(conf.BinDir, cniPath, dir, ex) },
 		AllowedPluginTypes: conf.AllowedPluginTypes,

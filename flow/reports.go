@@ -12,8 +12,9 @@ import (
 // process ends with the answer. The daemon answers first and writes them just
 // after (docs/thick-mode.md): the pod's containers start while the patch is on
 // its way, instead of after it. Two rules keep that safe:
-//   - a DEL, CHECK or ADD of the same container waits for the container's write,
-//     so a status never lands after the DEL that undid it;
+//   - a CHECK or ADD of the same container waits for the container's write
+//     before it starts, and a DEL before it answers, so a status never lands
+//     after the DEL that undid it;
 //   - the daemon waits for every write before it exits.
 type reports struct {
 	mu      sync.Mutex

@@ -70,8 +70,10 @@ func (b *blockingAPI) PatchPodAnnotation(ctx context.Context, ns, name, uid, key
 }
 
 // TestDaemonAnswersBeforeStatus: in the daemon, ADD answers while the status
-// patch is still on its way, and a DEL of the same container waits for the
-// patch, so the status never lands after the DEL.
+// patch is still on its way, and a DEL of the same container deletes its
+// delegates meanwhile but answers only once the patch is done, so the status
+// never lands after the DEL. (Before change 15, DEL waited for the patch
+// before it ran any delegate.)
 func TestDaemonAnswersBeforeStatus(t *testing.T) {
 	plugins := testenv.Plugins(t)
 	api := &blockingAPI{
@@ -102,6 +104,15 @@ func TestDaemonAnswersBeforeStatus(t *testing.T) {
 	}
 	delDone := make(chan error, 1)
 	go func() { delDone <- p.cmdDel(args) }()
+	// noop notes the last command it ran in its debug file.
+	ran := false
+	for deadline := time.Now().Add(10 * time.Second); !ran && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		d, err := debug.ReadDebug(dbg)
+		ran = err == nil && d.Command == "DEL"
+	}
+	if !ran {
+		t.Error("DEL did not delete the delegate while the ADD's status patch was on its way")
+	}
 	select {
 	case err := <-delDone:
 		t.Fatalf("DEL finished (%v) while the ADD's status patch was still blocked", err)

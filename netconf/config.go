@@ -86,6 +86,9 @@ type Config struct {
 	AllowedPluginTypes []string `json:"allowedPluginTypes,omitempty"`
 	// RawPrestartDelegates is "prestartDelegates"; unset means true.
 	RawPrestartDelegates *bool `json:"prestartDelegates,omitempty"`
+	// ConcurrentAttachments attaches a pod's independent extra networks at
+	// once instead of one after the other (docs/configuration.md).
+	ConcurrentAttachments bool `json:"concurrentAttachments,omitempty"`
 	// MultusCNIDir is Multus's cniDir, read by DEL, CHECK and GC for the
 	// containers that manifold has no record of (a node taken over from
 	// Multus); "none" turns that off. MultusDir gives the effective value.

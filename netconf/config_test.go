@@ -31,6 +31,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"namespaceIsolation", c.NamespaceIsolation, false},
 		{"retryDeleteOnError", c.RetryDeleteOnError, false},
 		{"prestartDelegates", c.PrestartDelegates(), true},
+		{"concurrentAttachments", c.ConcurrentAttachments, false},
 		{"logLevel", c.LogLevel, ""},
 	}
 	for _, ch := range checks {
@@ -55,7 +56,7 @@ func TestParseConfigEveryKey(t *testing.T) {
 	  "logOptions":{"maxAge":5,"maxSize":100,"maxBackups":3,"compress":true},
 	  "namespaceIsolation":true,"globalNamespaces":" x , y ,,","systemNamespaces":["s1","s2"],
 	  "multusNamespace":"sys","readinessindicatorfile":"/run/ready","retryDeleteOnError":true,
-	  "prestartDelegates":false,
+	  "prestartDelegates":false,"concurrentAttachments":true,
 	  "runtimeConfig":{"portMappings":[{"hostPort":1,"containerPort":2,"protocol":"tcp"}]},
 	  "apiTimeout":"2s","podWaitTimeout":"0s","readinessTimeout":"1h","lockTimeout":"90s",
 	  "someUnknownKey":{"is":"ignored"}}`
@@ -87,6 +88,7 @@ func TestParseConfigEveryKey(t *testing.T) {
 		{"readinessindicatorfile", c.ReadinessIndicatorFile, "/run/ready"},
 		{"retryDeleteOnError", c.RetryDeleteOnError, true},
 		{"prestartDelegates", c.PrestartDelegates(), false},
+		{"concurrentAttachments", c.ConcurrentAttachments, true},
 		{"runtimeConfig", len(c.RuntimeConfig), 1},
 		{"apiTimeout", c.APITimeout, 2 * time.Second},
 		{"podWaitTimeout", c.PodWaitTimeout, time.Duration(0)},
@@ -136,6 +138,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"huge readinessTimeout", `{` + base + `,"readinessTimeout":"2h"}`, []string{`"readinessTimeout"`, "2h"}},
 		{"wrong type", `{` + base + `,"namespaceIsolation":"yes"}`, []string{`"namespaceIsolation"`, "bool"}},
 		{"wrong type prestartDelegates", `{` + base + `,"prestartDelegates":"no"}`, []string{`"prestartDelegates"`, "bool"}},
+		{"wrong type concurrentAttachments", `{` + base + `,"concurrentAttachments":"yes"}`, []string{`"concurrentAttachments"`, "bool"}},
 		{"wrong type list", `{` + base + `,"systemNamespaces":"kube-system"}`, []string{`"systemNamespaces"`}},
 		{"wrong type nested", `{` + base + `,"logOptions":{"maxSize":"big"}}`, []string{"maxSize"}},
 		{"wrong type delegates", `{"cniVersion":"1.0.0","delegates":{"type":"x"}}`, []string{`"delegates"`}},

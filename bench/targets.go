@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// target is one of the overhead targets of docs/performance.md (issue 29),
+// as this run measured it.
+type target struct {
+	What   string  `json:"target"`
+	Figure string  `json:"figure"`
+	Value  float64 `json:"value"`
+	Limit  float64 `json:"limit"`
+	// Met is nil when the run lacks an arm the target needs.
+	Met *bool `json:"met,omitempty"`
+}
+
+// targets checks the overhead section's results against the targets, from
+// the real-delegate shapes of this run: thick (daemon) ADD and DEL, thin DEL
+// and, with -baseline, thin ADD against the baseline's, and the thick ADD
+// with concurrentAttachments for 3 and 8 networks.
+func targets(shapes []*overheadResult) []target {
+	find := func(n int) *overheadResult {
+		for _, o := range shapes {
+			if o.Delegates == kindReal && o.Networks == n {
+				return o
+			}
+		}
+		return nil
+	}
+	var out []target
+	check := func(what, figure string, value, limit float64, ok bool) {
+		t := target{What: what, Figure: figure, Value: value, Limit: limit}
+		if ok {
+			met := value <= limit
+			t.Met = &met
+		}
+		out = append(out, t)
+	}
+	if o := find(3); o != nil && o.Add.Thick != nil {
+		check("daemon ADD, real 3 nets, ≤ 0.95× direct", "thick/direct p50", o.Add.ThickRatioP50, 0.95, true)
+		check("daemon DEL, real 3 nets, ≤ 1.03× direct", "thick/direct p50", o.Del.ThickRatioP50, 1.03, true)
+		check("daemon DEL no slower than thin DEL, real 3 nets", "thick/thin p50", ratio(o.Del.Thick.P50, o.Del.Manifold.P50), 1, true)
+		check("thin DEL, real 3 nets, ≤ 1.03× direct", "thin/direct p50", o.Del.RatioP50, 1.03, true)
+		if o.Add.Baseline != nil {
+			check("thin ADD, real 3 nets, no slower than before (-baseline)", "thin/baseline p50", ratio(o.Add.Manifold.P50, o.Add.Baseline.P50), 1, true)
+		} else {
+			check("thin ADD, real 3 nets, no slower than before: needs an old revision's arm (make bench-compare)", "thin/direct p50", o.Add.RatioP50, 0, false)
+		}
+		if o.Add.ThickConcurrent != nil {
+			check("daemon ADD with concurrentAttachments, real 3 nets, ≤ 0.85× direct", "concurrent/direct p50", o.Add.ThickConcurrentRatioP50, 0.85, true)
+			if o8 := find(8); o8 != nil && o8.Add.ThickConcurrent != nil {
+				check("the same, real 8 nets, lower than for 3", "concurrent/direct p50", o8.Add.ThickConcurrentRatioP50, o.Add.ThickConcurrentRatioP50, true)
+			}
+		}
+	}
+	return out
+}
+
+// printTargets writes the targets table, when the run has the shapes.
+func printTargets(w io.Writer, shapes []*overheadResult) {
+	ts := targets(shapes)
+	if len(ts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nTargets (docs/performance.md), from the iterations above\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tfigure\tvalue\tlimit\tmet")
+	for _, t := range ts {
+		met := "n/a"
+		if t.Met != nil {
+			met = map[bool]string{true: "yes", false: "NO"}[*t.Met]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f×\t%.3f×\t%s\n", t.What, t.Figure, t.Value, t.Limit, met)
+	}
+	tw.Flush()
+}

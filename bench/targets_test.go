@@ -1,0 +1,57 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The targets are read from the real 3- and 8-network shapes: each figure is
+// the ratio its target names, and met says whether it is within the limit.
+func TestTargets(t *testing.T) {
+	shape := func(n int, thick, conc, thin, ref, base []int) *overheadResult {
+		v := verbSamples{manifold: msList(thin...), reference: msList(ref...), overhead: msList(thin...), thick: msList(thick...), thickConcurrent: msList(conc...)}
+		if base != nil {
+			v.baseline = msList(base...)
+		}
+		r := v.result()
+		return &overheadResult{Delegates: kindReal, Networks: n, Add: r, Del: r}
+	}
+	three := shape(3, []int{90, 94, 98}, []int{80, 84, 88}, []int{100, 102, 104}, []int{100, 100, 100}, []int{104, 105, 106})
+	eight := shape(8, []int{180}, []int{150}, []int{210}, []int{200}, nil)
+	got := map[string]target{}
+	for _, tg := range targets([]*overheadResult{three, eight}) {
+		got[tg.What] = tg
+	}
+	want := map[string]struct {
+		value float64
+		met   bool
+	}{
+		"daemon ADD, real 3 nets, ≤ 0.95× direct":                            {0.94, true},
+		"daemon DEL, real 3 nets, ≤ 1.03× direct":                            {0.94, true},
+		"daemon DEL no slower than thin DEL, real 3 nets":                    {0.922, true},
+		"thin DEL, real 3 nets, ≤ 1.03× direct":                              {1.02, true},
+		"thin ADD, real 3 nets, no slower than before (-baseline)":           {0.971, true},
+		"daemon ADD with concurrentAttachments, real 3 nets, ≤ 0.85× direct": {0.84, true},
+		"the same, real 8 nets, lower than for 3":                            {0.75, true},
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d targets, want %d: %+v", len(got), len(want), got)
+	}
+	for what, w := range want {
+		tg, ok := got[what]
+		if !ok || tg.Met == nil || *tg.Met != w.met || tg.Value < w.value-1e-6 || tg.Value > w.value+1e-6 {
+			t.Errorf("%s: %+v, want value %.4f met %v", what, tg, w.value, w.met)
+		}
+	}
+
+	// Over a limit is not met; without a baseline arm, the thin ADD target
+	// cannot be judged.
+	slow := shape(3, []int{99}, []int{90}, []int{110}, []int{100}, nil)
+	var out strings.Builder
+	printTargets(&out, []*overheadResult{slow})
+	for _, line := range []string{"daemon ADD, real 3 nets, ≤ 0.95× direct", "0.990×  0.950×  NO", "n/a"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("targets table lacks %q:\n%s", line, out.String())
+		}
+	}
+}
