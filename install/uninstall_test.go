@@ -34,9 +34,27 @@ func installerObjects(dsUID types.UID, ownerUID types.UID, deleting bool) (*core
 	return pod, ds
 }
 
+// otherMode is the thick DaemonSet, with its pod on node: the other mode
+// during a switch.
+func otherMode(deleting bool, node string) []runtime.Object {
+	sel := map[string]string{"app.kubernetes.io/name": "manifold-thick"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "manifold-thick", Namespace: "kube-system", UID: "t1"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: sel}}}
+	if deleting {
+		now := metav1.Now()
+		ds.DeletionTimestamp = &now
+		ds.Finalizers = []string{"foregroundDeletion"}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "manifold-thick-fghij", Namespace: "kube-system", Labels: sel},
+		Spec: corev1.PodSpec{NodeName: node}}
+	return []runtime.Object{ds, pod}
+}
+
 // TestStopReason: only a DaemonSet that is gone, being deleted or replaced,
 // an orphaned pod, or permissions that are gone make a stop an uninstall;
-// a DaemonSet that stays, or an API that cannot be asked, does not.
+// a DaemonSet that stays, the other mode's DaemonSet with a pod on this
+// node (a switch of modes, whatever the node lock says), or an API that
+// cannot be asked, does not.
 func TestStopReason(t *testing.T) {
 	refuse := func(err error) func(*fake.Clientset) {
 		return func(c *fake.Clientset) {
@@ -71,6 +89,18 @@ func TestStopReason(t *testing.T) {
 			p.OwnerReferences = nil
 			return []runtime.Object{p, d}
 		}, uninstall: true, mention: "no DaemonSet"},
+		{name: "switch of modes", objects: func() []runtime.Object {
+			p, d := installerObjects("u1", "u1", true)
+			return append([]runtime.Object{p, d}, otherMode(false, "node-1")...)
+		}, mention: "takes manifold over"},
+		{name: "other mode being deleted too", objects: func() []runtime.Object {
+			p, d := installerObjects("u1", "u1", true)
+			return append([]runtime.Object{p, d}, otherMode(true, "node-1")...)
+		}, uninstall: true, mention: "being deleted"},
+		{name: "other mode on other nodes only", objects: func() []runtime.Object {
+			p, _ := installerObjects("u1", "u1", false)
+			return append([]runtime.Object{p}, otherMode(false, "node-2")...)
+		}, uninstall: true, mention: "is gone"},
 		{name: "token refused", objects: func() []runtime.Object { return nil },
 			react: refuse(apierrors.NewUnauthorized("token revoked")), uninstall: true, mention: "refused"},
 		{name: "role gone", objects: func() []runtime.Object { return nil },
@@ -83,7 +113,7 @@ func TestStopReason(t *testing.T) {
 			if tc.react != nil {
 				tc.react(client)
 			}
-			uninstall, why := stopReason(context.Background(), client, "kube-system", "manifold-abcde")
+			uninstall, why := stopReason(context.Background(), client, "kube-system", "manifold-abcde", "node-1")
 			if uninstall != tc.uninstall || !strings.Contains(why, tc.mention) {
 				t.Errorf("stopReason = %v, %q; want %v and a reason with %q", uninstall, why, tc.uninstall, tc.mention)
 			}
