@@ -39,7 +39,7 @@ func TestClaimStatusPermission(t *testing.T) {
 	admin := cp.Clientset()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns := (&env{t: t, k8s: admin}).namespace("e2e-dra-rbac-")
+	ns := (&env{t: t, cp: cp, k8s: admin}).namespace("e2e-dra-rbac-")
 
 	// Node node-a, and the installer's pod on it.
 	node, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
