@@ -38,7 +38,7 @@ type tokenServer struct {
 }
 
 func (s *tokenServer) client() (kubernetes.Interface, error) {
-	c := fake.NewSimpleClientset()
+	c := fake.NewClientset()
 	c.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "token" {
 			return false, nil, nil

@@ -109,7 +109,7 @@ func TestStopReason(t *testing.T) {
 			react: refuse(errors.New("dial tcp 10.96.0.1:443: connect: connection refused")), mention: "cannot read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewSimpleClientset(tc.objects()...)
+			client := fake.NewClientset(tc.objects()...)
 			if tc.react != nil {
 				tc.react(client)
 			}
@@ -140,7 +140,7 @@ func TestStopKeepsConfigWhileDaemonSetStays(t *testing.T) {
 			n := newTestNode(t, true)
 			n.o.CleanupConfigOnExit = true
 			n.env = map[string]string{envPodName: "manifold-abcde", envPodNamespace: "kube-system"}
-			client := fake.NewSimpleClientset(tc.objects()...)
+			client := fake.NewClientset(tc.objects()...)
 			n.o.newClient = func() (kubernetes.Interface, error) { return client, nil }
 			n.writeConf(t, "10-bridge.conf", bridgeConf)
 			cancel, done := n.start(t)

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -230,10 +229,4 @@ func (c *Cluster) Stop() {
 		}
 		os.RemoveAll(c.Dir)
 	})
-}
-
-// run runs a command and returns its combined output.
-func run(ctx context.Context, name string, args ...string) (string, error) {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	return string(out), err
 }
