@@ -175,7 +175,20 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 		errs = append(errs, cacheErr)
 	}
 	l.Unlock(len(errs) == 0)
+	if len(errs) == 0 {
+		r.sweepLocks()
+	}
 	return errors.Join(errs...)
+}
+
+// sweepLocks removes the lock files that processes killed while holding them
+// left for containers with no record (scratch.SweepLocks), after a DEL that
+// succeeded: DELs come often enough on a node, and are not what a pod's start
+// waits for.
+func (r *Runner) sweepLocks() {
+	if n := r.Store.SweepLocks(); n > 0 {
+		r.Log.Debug("removed the lock files of containers with no record and no call in progress, left by processes killed while they held them", "count", n)
+	}
 }
 
 // reversed lists atts in reverse order of attachment: the order of DEL.

@@ -104,6 +104,7 @@ func (r *Runner) GC(ctx context.Context, req GCRequest) error {
 			errs = append(errs, fmt.Errorf("gc container %s: %w", id, err))
 		}
 	}
+	r.sweepLocks()
 
 	if req.Default != nil {
 		g.add(req.Default)

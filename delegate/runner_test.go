@@ -245,3 +245,49 @@ func TestDelReleasesWhatWasDeleted(t *testing.T) {
 		t.Errorf("released %v, want once, c and a (b's DEL failed)", heard)
 	}
 }
+
+// TestDelSweepsLocksLeftByKilledCalls: a call killed while it held a
+// container's lock (its process gone: the flock dropped, the file left) leaves
+// a lock file with no record; when the runtime forgets that container, no DEL
+// names it again. The next DEL that succeeds, of any container, removes it,
+// and leaves alone the lock of a container with a record and the one a call
+// holds. Before, the file stayed for good (the cluster tier found one after a
+// node reboot).
+func TestDelSweepsLocksLeftByKilledCalls(t *testing.T) {
+	r := newRunner(t, &fakeCNI{})
+	ctx := context.Background()
+	// "killed": taken, then the flock dropped and the file kept, as when
+	// the process holding it dies.
+	killed, err := r.Store.Lock(ctx, "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed.Unlock(false)
+	// "running": a pod with a record, not in a call.
+	if _, err := r.Add(ctx, record("running")); err != nil {
+		t.Fatal(err)
+	}
+	// "busy": a call in progress before its record is written.
+	busy, err := r.Store.Lock(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Unlock(true)
+	if err := r.Store.Save(record("gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Del(ctx, DelRequest{ContainerID: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(r.Store.Dir + "/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if got := strings.Join(left, ","); got != "busy,running" {
+		t.Errorf("lock files after DEL: %s, want busy,running", got)
+	}
+}

@@ -87,3 +87,46 @@ func (l *Lock) Unlock(remove bool) {
 	}
 	l.f.Close()
 }
+
+// SweepLocks removes the lock files of containers that have no record and
+// whose lock no call holds, and returns how many it removed. A lock file
+// outlives its call only when the process holding it dies (a node's crash
+// or reboot, a SIGKILL) before DEL removes it; when the runtime forgets that
+// container (a sandbox whose set-up never finished), no DEL will ever name
+// it again. A call in progress holds the flock, and a container with a
+// record still has its pod, so both are left alone; a taker that opened the
+// file just before its removal sees that it is no longer the file at the
+// path, as after Unlock(remove=true), and takes a new one.
+func (s *Store) SweepLocks() int {
+	dir := filepath.Join(s.Dir, lockDirName)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, e := range entries {
+		id := e.Name()
+		if ValidateContainerID(id) != nil || s.hasRecord(id) {
+			continue
+		}
+		path := filepath.Join(dir, id)
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil && samePath(f, path) && !s.hasRecord(id) {
+			if os.Remove(path) == nil {
+				removed++
+			}
+		}
+		f.Close()
+	}
+	return removed
+}
+
+// hasRecord reports whether containerID's record file exists (or cannot be
+// told not to).
+func (s *Store) hasRecord(containerID string) bool {
+	_, err := os.Lstat(s.Path(containerID))
+	return !errors.Is(err, os.ErrNotExist)
+}
