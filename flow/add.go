@@ -92,9 +92,9 @@ func (p *Plugin) add(c *call) error {
 		// The write outlives the call, and its requests are bounded by
 		// apiTimeout each.
 		bg := context.WithoutCancel(ctx)
-		p.reports.start(c.args.ContainerID, p.answered, func() { p.report(bg, c, pc, atts, results) })
+		p.reports.start(c.args.ContainerID, p.answered, func(stop <-chan struct{}) { p.report(bg, c, pc, atts, results, stop) })
 	} else {
-		p.report(ctx, c, pc, atts, results)
+		p.report(ctx, c, pc, atts, results, nil)
 	}
 	return res.PrintTo(p.stdout)
 }

@@ -257,7 +257,7 @@ func TestRuntimePodAnnotations(t *testing.T) {
 			for i := range results {
 				results[i] = &types100.Result{CNIVersion: "1.0.0"}
 			}
-			p.report(ctx, c, pc, atts, results)
+			p.report(ctx, c, pc, atts, results, nil)
 			api.mu.Lock()
 			defer api.mu.Unlock()
 			if api.podReads != 0 {

@@ -2,10 +2,12 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -25,7 +27,10 @@ import (
 //
 // The status.devices of the pod's DRA claims are written at the same time
 // (writeClaimStatus), for pods in system namespaces too.
-func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result) {
+//
+// stop is nil in the plugin binary; in the daemon, it ends the patch's
+// retries (withRetries).
+func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment, results []types.Result, stop <-chan struct{}) {
 	if pc.pod == nil {
 		return
 	}
@@ -51,7 +56,10 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 		c.log.Warn("encode network status", "error", err)
 	} else {
 		wg.Go(func() {
-			if err := pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, pc.statusUID, annotNetworkStatus, string(b)); err != nil {
+			patch := func() error {
+				return pc.api.PatchPodAnnotation(ctx, pc.pod.Namespace, pc.pod.Name, pc.statusUID, annotNetworkStatus, string(b))
+			}
+			if err := withRetries(ctx, stop, patch); err != nil {
 				c.log.Warn("write network status", "error", err)
 			}
 		})
@@ -89,4 +97,38 @@ func resultIPs(res types.Result) []string {
 		out = append(out, ip.Address.String())
 	}
 	return out
+}
+
+// statusRetries are the pauses before the daemon's second and third tries of
+// a network-status patch that the API server could not take (a timeout, a
+// lost connection, 5xx or 429: k8sclient.ErrUnavailable), as under a pod storm
+// on a busy control plane. The daemon writes after it has answered, so a
+// retry holds up no pod's start. A call of the same container that waits for
+// the write (awaitReport), or the daemon's exit, ends the retries, so a
+// status never lands after the DEL that undid it. The plugin binary does not
+// retry: the runtime waits for its exit.
+var statusRetries = []time.Duration{time.Second, 2 * time.Second}
+
+// withRetries runs write, and while it fails with k8sclient.ErrUnavailable
+// runs it again after each of statusRetries, until stop is closed. A nil
+// stop (the plugin binary) means no retries.
+func withRetries(ctx context.Context, stop <-chan struct{}, write func() error) error {
+	err := write()
+	if stop == nil {
+		return err
+	}
+	for _, pause := range statusRetries {
+		if err == nil || !errors.Is(err, k8sclient.ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-stop:
+			return err
+		case <-time.After(pause):
+		}
+		err = write()
+	}
+	return err
 }

@@ -18,37 +18,47 @@ import (
 //   - the daemon waits for every write before it exits.
 type reports struct {
 	mu      sync.Mutex
-	pending map[string]chan struct{}
+	pending map[string]*pendingWrite
 	wg      sync.WaitGroup
 }
 
+// pendingWrite is one container's write in flight. stop is closed when a call
+// of the same container waits for it, or the daemon stops: the write then
+// tries no more (statusRetries), and only its request in flight finishes.
+type pendingWrite struct {
+	done, stop chan struct{}
+	once       sync.Once
+}
+
+func (w *pendingWrite) halt() { w.once.Do(func() { close(w.stop) }) }
+
 // start runs write in the background for containerID, once after is closed
 // (nil: at once).
-func (r *reports) start(containerID string, after <-chan struct{}, write func()) {
-	done := make(chan struct{})
+func (r *reports) start(containerID string, after <-chan struct{}, write func(stop <-chan struct{})) {
+	w := &pendingWrite{done: make(chan struct{}), stop: make(chan struct{})}
 	r.mu.Lock()
 	prev := r.pending[containerID]
 	if r.pending == nil {
-		r.pending = map[string]chan struct{}{}
+		r.pending = map[string]*pendingWrite{}
 	}
-	r.pending[containerID] = done
+	r.pending[containerID] = w
 	r.mu.Unlock()
 	r.wg.Go(func() {
 		defer func() {
 			r.mu.Lock()
-			if r.pending[containerID] == done {
+			if r.pending[containerID] == w {
 				delete(r.pending, containerID)
 			}
 			r.mu.Unlock()
-			close(done)
+			close(w.done)
 		}()
 		if prev != nil {
-			<-prev
+			<-prev.done
 		}
 		if after != nil {
 			<-after
 		}
-		write()
+		write(w.stop)
 	})
 }
 
@@ -60,13 +70,14 @@ func (r *reports) wait(containerID string, bound time.Duration) bool {
 		return true
 	}
 	r.mu.Lock()
-	done := r.pending[containerID]
+	w := r.pending[containerID]
 	r.mu.Unlock()
-	if done == nil {
+	if w == nil {
 		return true
 	}
+	w.halt()
 	select {
-	case <-done:
+	case <-w.done:
 		return true
 	case <-time.After(bound):
 		return false
@@ -79,6 +90,11 @@ func (r *reports) drain() { r.wg.Wait() }
 // drainWithin is drain for at most bound, at the daemon's exit. It reports
 // whether every write was done.
 func (r *reports) drainWithin(bound time.Duration) bool {
+	r.mu.Lock()
+	for _, w := range r.pending {
+		w.halt()
+	}
+	r.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		r.wg.Wait()

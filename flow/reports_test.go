@@ -2,6 +2,8 @@ package flow
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,9 +28,9 @@ func TestReportsOrder(t *testing.T) {
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
 	answered := make(chan struct{})
-	r.start("c1", nil, func() { <-release; note("first") })
-	r.start("c1", nil, func() { note("second") })
-	r.start("c2", answered, func() { note("other") })
+	r.start("c1", nil, func(<-chan struct{}) { <-release; note("first") })
+	r.start("c1", nil, func(<-chan struct{}) { note("second") })
+	r.start("c2", answered, func(<-chan struct{}) { note("other") })
 	if r.wait("c2", 50*time.Millisecond) {
 		t.Fatal("c2's write ran before its answer was delivered")
 	}
@@ -131,4 +133,62 @@ func TestDaemonAnswersBeforeStatus(t *testing.T) {
 	if len(api.events) != 1 {
 		t.Errorf("events = %v, want one AddedInterface", api.events)
 	}
+}
+
+// TestStatusWriteRetries: in the daemon, a network-status patch that the API
+// server could not take (k8sclient.ErrUnavailable: a timeout, 5xx, 429) is
+// tried again, so a pod started in a storm on a busy control plane still gets
+// its status; an error that says no is not retried; the plugin binary tries
+// once; and a call of the same container that waits for the write ends the
+// retries. Before, the first failure was logged and the pod never got its
+// network-status (seen in the cluster tier's storm).
+func TestStatusWriteRetries(t *testing.T) {
+	defer func(old []time.Duration) { statusRetries = old }(statusRetries)
+	statusRetries = []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}
+	unavailable := fmt.Errorf("PATCH pods/p1/status: %w: HTTP 504", k8sclient.ErrUnavailable)
+	for _, tc := range []struct {
+		name      string
+		daemon    bool
+		failures  []error
+		wantTries int
+		wantErr   bool
+	}{
+		{"daemon, unavailable once", true, []error{unavailable}, 2, false},
+		{"daemon, unavailable every time", true, []error{unavailable, unavailable, unavailable}, 3, true},
+		{"daemon, refused", true, []error{errors.New("HTTP 422: invalid")}, 1, true},
+		{"binary, unavailable once", false, []error{unavailable}, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tries := 0
+			write := func() error {
+				tries++
+				if tries <= len(tc.failures) {
+					return tc.failures[tries-1]
+				}
+				return nil
+			}
+			var stop chan struct{}
+			if tc.daemon {
+				stop = make(chan struct{})
+			}
+			err := withRetries(context.Background(), stop, write)
+			if tries != tc.wantTries || (err != nil) != tc.wantErr {
+				t.Errorf("tries = %d, error = %v; want %d tries and an error: %v", tries, err, tc.wantTries, tc.wantErr)
+			}
+		})
+	}
+	t.Run("a waiting call ends the retries", func(t *testing.T) {
+		statusRetries = []time.Duration{time.Hour}
+		var r reports
+		tries := 0
+		r.start("c1", nil, func(stop <-chan struct{}) {
+			_ = withRetries(context.Background(), stop, func() error { tries++; return unavailable })
+		})
+		if !r.wait("c1", 10*time.Second) {
+			t.Fatal("the write still ran 10s after a call of its container waited for it (its retry pause is an hour)")
+		}
+		if tries != 1 {
+			t.Errorf("tries = %d, want 1", tries)
+		}
+	})
 }
