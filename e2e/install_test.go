@@ -40,6 +40,7 @@ import (
 // does not mount, or a mount of the wrong host dir, fails the test.
 type node struct {
 	t       *testing.T
+	ds      *appsv1.DaemonSet // whose installer this node runs
 	root    string
 	volumes string
 	spec    corev1.PodSpec
@@ -47,10 +48,38 @@ type node struct {
 	gen     int // generation of the projected volumes' contents
 }
 
+// installerNode applies deployments/ and returns a node for the thin
+// DaemonSet's installer, with its options as the DaemonSet gives them, where
+// this node differs from a real one: the binary comes from the build rather
+// than the image, and manifold's state goes to the env's cniDir rather than
+// the host's /var. The API server's address is in the environment, as the
+// kubelet gives it to every pod (the DaemonSet sets no --api-server), and the
+// node's primary network's config is in its conf dir.
+func (e *env) installerNode(t *testing.T) (*node, *install.Options) {
+	t.Helper()
+	applyDeployments(t, e.cp)
+	ds, err := e.k8s.AppsV1().DaemonSets(saNamespace).Get(e.ctx(), "manifold", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get DaemonSet: %v", err)
+	}
+	n := newNode(t, ds)
+	o := n.options()
+	o.Binary = testenv.Manifold(t)
+	o.CNIDir = e.cniDir
+	u, err := url.Parse(e.cp.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", u.Hostname())
+	t.Setenv("KUBERNETES_SERVICE_PORT", u.Port())
+	e.writeFile(filepath.Join(o.HostCNIConfDir, "10-bridge.conflist"), e.bridgeConflist(clusterName, e.bridge, e.cluster))
+	return n, o
+}
+
 func newNode(t *testing.T, ds *appsv1.DaemonSet) *node {
 	t.Helper()
 	tmp := t.TempDir()
-	n := &node{t: t, root: filepath.Join(tmp, "host"), volumes: filepath.Join(tmp, "pod-volumes"), spec: ds.Spec.Template.Spec}
+	n := &node{t: t, ds: ds, root: filepath.Join(tmp, "host"), volumes: filepath.Join(tmp, "pod-volumes"), spec: ds.Spec.Template.Spec}
 	i := slices.IndexFunc(n.spec.Containers, func(c corev1.Container) bool { return c.Name == "install" })
 	if i < 0 {
 		t.Fatalf("DaemonSet %s has no container \"install\"", ds.Name)
@@ -292,31 +321,10 @@ func fileHolds(path string, want []byte) func() bool {
 func TestInstallerKubeconfig(t *testing.T) {
 	e := newEnv(t)
 	cp := e.cp
-	applyDeployments(t, cp)
-	ds, err := e.k8s.AppsV1().DaemonSets(saNamespace).Get(e.ctx(), "manifold", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get DaemonSet: %v", err)
-	}
-	n := newNode(t, ds)
-	o := n.options()
-	// Where this node differs from a real one: the binary comes from the
-	// build rather than the image, manifold's state and log go to the env's
-	// dirs rather than the host's /var, and the log is verbose for failures.
-	o.Binary = testenv.Manifold(t)
-	o.CNIDir = e.cniDir
+	n, o := e.installerNode(t)
 	o.LogFile, o.LogLevel = e.logFile, "debug"
-	// The kubelet gives every pod the API server's address; the installer
-	// takes it from there, since the DaemonSet sets no --api-server.
-	u, err := url.Parse(cp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("KUBERNETES_SERVICE_HOST", u.Hostname())
-	t.Setenv("KUBERNETES_SERVICE_PORT", u.Port())
-
-	// The node's own network: its config, and its plugins in the bin dir.
+	// The node's plugins in the bin dir.
 	primary := filepath.Join(o.HostCNIConfDir, "10-bridge.conflist")
-	e.writeFile(primary, e.bridgeConflist(clusterName, e.bridge, e.cluster))
 	if err := testenv.LinkBinDir(o.HostCNIBinDir, testenv.Plugins(t), o.Binary); err != nil {
 		t.Fatal(err)
 	}
@@ -332,8 +340,8 @@ func TestInstallerKubeconfig(t *testing.T) {
 	installerPod := func(t *testing.T) *corev1.Pod {
 		t.Helper()
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("manifold-"), Namespace: saNamespace, Labels: ds.Spec.Template.Labels},
-			Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+			ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("manifold-"), Namespace: saNamespace, Labels: n.ds.Spec.Template.Labels},
+			Spec:       *n.ds.Spec.Template.Spec.DeepCopy(),
 		}
 		p, err := e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), p, metav1.CreateOptions{})
 		if err != nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,22 +24,7 @@ import (
 func TestInstallerTokenOutlivesItsPod(t *testing.T) {
 	e := newEnv(t)
 	cp := e.cp
-	applyDeployments(t, cp)
-	ds, err := e.k8s.AppsV1().DaemonSets(saNamespace).Get(e.ctx(), "manifold", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get DaemonSet: %v", err)
-	}
-	n := newNode(t, ds)
-	o := n.options()
-	o.Binary = testenv.Manifold(t)
-	o.CNIDir = e.cniDir
-	u, err := url.Parse(cp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("KUBERNETES_SERVICE_HOST", u.Hostname())
-	t.Setenv("KUBERNETES_SERVICE_PORT", u.Port())
-	e.writeFile(filepath.Join(o.HostCNIConfDir, "10-bridge.conflist"), e.bridgeConflist(clusterName, e.bridge, e.cluster))
+	n, o := e.installerNode(t)
 
 	// The node the kubelet would have registered, and the installer's pod
 	// on it, whose token the kubelet projects.
@@ -50,10 +34,11 @@ func TestInstallerTokenOutlivesItsPod(t *testing.T) {
 	}
 	t.Cleanup(func() { e.k8s.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("manifold-"), Namespace: saNamespace, Labels: ds.Spec.Template.Labels},
-		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("manifold-"), Namespace: saNamespace, Labels: n.ds.Spec.Template.Labels},
+		Spec:       *n.ds.Spec.Template.Spec.DeepCopy(),
 	}
-	if pod, err = e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), pod, metav1.CreateOptions{}); err != nil {
+	pod, err := e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("create installer pod: %v", err)
 	}
 	t.Cleanup(func() {

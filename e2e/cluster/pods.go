@@ -231,28 +231,56 @@ func (c *Cluster) DaemonSetLogs(ctx context.Context, name string, max int) strin
 	return b.String()
 }
 
-// DaemonMemoryCgroup is the memory cgroup dir of the thick DaemonSet's node
-// daemon (told from other tests' daemons by its flags): where the kubelet
-// enforces the container's limit, and where its peak is read.
-func DaemonMemoryCgroup() (string, error) {
+// The DaemonSets' processes on the node, told from other tests' manifold
+// processes by the flags the DaemonSets give them.
+const (
+	InstallerMark = "manifold-install\x00--cni-bin-dir=/host/opt/cni/bin"
+	DaemonMark    = "--socket=/run/manifold/manifold.sock\x00--host-root=/hostroot"
+)
+
+// Process is one process of the node: its pid and its command line, NULs
+// between the arguments.
+type Process struct {
+	PID     int
+	Cmdline string
+}
+
+// Processes are the node's processes whose command line holds mark.
+func Processes(mark string) []Process {
+	var found []Process
 	procs, _ := os.ReadDir("/proc")
 	for _, d := range procs {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), "--socket=/run/manifold/manifold.sock\x00--host-root=/hostroot") {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cgroup"))
-		if err != nil {
-			return "", err
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), mark) {
+			found = append(found, Process{PID: pid, Cmdline: string(cmdline)})
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
-				return filepath.Join("/sys/fs/cgroup/memory", parts[2]), nil
-			}
-		}
-		return "", fmt.Errorf("process %s has no memory cgroup: %s", d.Name(), b)
 	}
-	return "", fmt.Errorf("no node daemon process found")
+	return found
+}
+
+// DaemonMemoryCgroup is the memory cgroup dir of the thick DaemonSet's node
+// daemon: where the kubelet enforces the container's limit, and where its
+// peak is read.
+func DaemonMemoryCgroup() (string, error) {
+	daemons := Processes(DaemonMark)
+	if len(daemons) == 0 {
+		return "", fmt.Errorf("no node daemon process found")
+	}
+	pid := strconv.Itoa(daemons[0].PID)
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
+			return filepath.Join("/sys/fs/cgroup/memory", parts[2]), nil
+		}
+	}
+	return "", fmt.Errorf("process %s has no memory cgroup: %s", pid, b)
 }
 
 // CgroupValue reads a number from a cgroup file of dir.

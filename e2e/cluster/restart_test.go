@@ -3,9 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,30 +181,18 @@ func allReady(p *corev1.Pod) bool {
 }
 
 // killInstallerProcesses SIGKILLs the DaemonSet's processes on the node: the
-// installer, and in thick mode the node daemon. They are told from other
-// tests' manifold processes by the flags the DaemonSets give them.
+// installer, and in thick mode the node daemon.
 func (e *tenv) killInstallerProcesses(mode cluster.Mode) []string {
 	e.t.Helper()
-	marks := []string{"manifold-install\x00--cni-bin-dir=/host/opt/cni/bin"}
+	marks := []string{cluster.InstallerMark}
 	if mode.Thick {
-		marks = append(marks, "--socket=/run/manifold/manifold.sock\x00--host-root=/hostroot")
+		marks = append(marks, cluster.DaemonMark)
 	}
 	var killed []string
-	procs, _ := os.ReadDir("/proc")
-	for _, d := range procs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		for _, m := range marks {
-			if strings.Contains(string(cmdline), m) {
-				if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
-					killed = append(killed, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
-				}
+	for _, m := range marks {
+		for _, p := range cluster.Processes(m) {
+			if err := syscall.Kill(p.PID, syscall.SIGKILL); err == nil {
+				killed = append(killed, fmt.Sprintf("%d %s", p.PID, strings.ReplaceAll(p.Cmdline, "\x00", " ")))
 			}
 		}
 	}
