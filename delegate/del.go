@@ -102,9 +102,11 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	}
 	// The first DEL is that of the last recorded attachment whatever the
 	// cache holds (what only the cache knows is deleted after the recorded
-	// ones): its process starts now, while the cache is read, and the plan
-	// is completed below.
-	r.expect("DEL", rec, reversed(rec.Attachments))
+	// ones): its process starts now, while the cache is read, and the whole
+	// plan is made below (Expect keeps a process that its first call fits).
+	if n := len(rec.Attachments); n > 0 {
+		r.expect("DEL", rec, []*netconf.Attachment{&rec.Attachments[n-1]})
+	}
 
 	atts := rec.Attachments
 	// A cache that cannot be read may hold attachments that the record does
