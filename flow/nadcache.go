@@ -58,7 +58,13 @@ func (c *nadCache) start(ctx context.Context, keys []nadKey) {
 		r := &nadRead{done: make(chan struct{})}
 		c.reads[k] = r
 		go func() {
-			r.nad, r.err = c.api.GetNAD(ctx, k[0], k[1])
+			nad, err := c.api.GetNAD(ctx, k[0], k[1])
+			// The answer and the memory it changes become visible at
+			// once, under c.mu: speculate sees either the memory from
+			// before this read, or the read done.
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			r.nad, r.err = nad, err
 			c.remember(k, r)
 			close(r.done)
 		}()
@@ -202,9 +208,8 @@ func (c *nadCache) speculate(k nadKey) (def nadDef, ok bool) {
 		return nadDef{}, false
 	}
 	c.mu.Lock()
-	r := c.reads[k]
-	c.mu.Unlock()
-	if r != nil {
+	defer c.mu.Unlock()
+	if r := c.reads[k]; r != nil {
 		select {
 		case <-r.done:
 			return nadDef{}, false
