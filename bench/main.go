@@ -171,6 +171,10 @@ func run(s settings, out string) (err error) {
 		if err != nil {
 			return err
 		}
+		if res.Meta.ProcessStarts, err = probeProcessStarts(b.ctx, filepath.Join(b.plugins, "noop"), 60); err != nil {
+			return err
+		}
+		logf("machine: %s", res.Meta.ProcessStarts.summary())
 		for _, kind := range splitList(s.kinds) {
 			if kind != kindReal && kind != kindNoop {
 				return fmt.Errorf("-kinds: %q is not a delegate set (real, noop)", kind)

@@ -30,18 +30,20 @@ type results struct {
 }
 
 type meta struct {
-	Started       string         `json:"started"`
-	DurationSec   float64        `json:"duration_s"`
-	Host          string         `json:"host"`
-	CPUs          int            `json:"cpus"`
-	Kernel        string         `json:"kernel"`
-	GoVersion     string         `json:"go_version"`
-	Manifold      string         `json:"manifold_binary"`
-	About         string         `json:"manifold_about"`
-	Plugins       string         `json:"plugins_dir"`
-	LoadAvgStart  string         `json:"loadavg_start"`
-	LoadAvgEnd    string         `json:"loadavg_end"`
-	Settings      map[string]int `json:"settings"`
+	Started      string         `json:"started"`
+	DurationSec  float64        `json:"duration_s"`
+	Host         string         `json:"host"`
+	CPUs         int            `json:"cpus"`
+	Kernel       string         `json:"kernel"`
+	GoVersion    string         `json:"go_version"`
+	Manifold     string         `json:"manifold_binary"`
+	About        string         `json:"manifold_about"`
+	Plugins      string         `json:"plugins_dir"`
+	LoadAvgStart string         `json:"loadavg_start"`
+	LoadAvgEnd   string         `json:"loadavg_end"`
+	Settings     map[string]int `json:"settings"`
+	// ProcessStarts is the machine's process-start probe (overhead section).
+	ProcessStarts *processStarts `json:"process_starts,omitempty"`
 	OwnTimeNote   string         `json:"own_time"`
 	APIServerNote string         `json:"api_server"`
 }
@@ -74,6 +76,9 @@ func (r *results) printTable(w io.Writer) {
 	fmt.Fprintf(w, "\nmanifold benchmark: %s, %d CPUs, kernel %s, load %s → %s, %.0fs\n",
 		m.Started, m.CPUs, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd, m.DurationSec)
 	fmt.Fprintf(w, "manifold: %s\n", m.About)
+	if m.ProcessStarts != nil {
+		fmt.Fprintf(w, "machine: %s\n", m.ProcessStarts.summary())
+	}
 
 	if len(r.Overhead) > 0 {
 		fmt.Fprintf(w, "\nTime per call, ms, p50 / p99 (arms interleaved; direct = the same delegates called by the runtime itself)\n")
@@ -125,7 +130,7 @@ func (r *results) printTable(w io.Writer) {
 			fmt.Fprintf(w, "  %s, %d nets: %.1f\n", o.Delegates, o.Networks, o.ConcurrentDaemonCPUPerAddDel)
 		}
 	}
-	printTargets(w, r.Overhead)
+	printTargets(w, r.Overhead, m.ProcessStarts)
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickBaseline != nil {
 		fmt.Fprintf(w, "\nThick baseline (-baseline daemon and/or -baseline-shim) in the same iterations, ms p50 / p99\n")

@@ -60,7 +60,9 @@ func targets(shapes []*overheadResult) []target {
 }
 
 // printTargets writes the targets table, when the run has the shapes.
-func printTargets(w io.Writer, shapes []*overheadResult) {
+// A machine whose process-start probe found no parallelism is named under
+// it: the targets below 1× need overlapping process starts.
+func printTargets(w io.Writer, shapes []*overheadResult, starts *processStarts) {
 	ts := targets(shapes)
 	if len(ts) == 0 {
 		return
@@ -76,4 +78,7 @@ func printTargets(w io.Writer, shapes []*overheadResult) {
 		fmt.Fprintf(tw, "%s\t%s\t%.3f×\t%.3f×\t%s\n", t.What, t.Figure, t.Value, t.Limit, met)
 	}
 	tw.Flush()
+	if starts != nil && starts.Speedup < overlapHelps {
+		fmt.Fprintf(w, "On this machine %d process starts at once ran %.2f× as fast as one after the other (at best %d×): the targets below 1× direct need that overlap (docs/performance-history.md, change 17).\n", starts.Streams, starts.Speedup, starts.Streams)
+	}
 }

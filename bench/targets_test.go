@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -48,10 +50,51 @@ func TestTargets(t *testing.T) {
 	// cannot be judged.
 	slow := shape(3, []int{99}, []int{90}, []int{110}, []int{100}, nil)
 	var out strings.Builder
-	printTargets(&out, []*overheadResult{slow})
+	printTargets(&out, []*overheadResult{slow}, nil)
 	for _, line := range []string{"daemon ADD, real 3 nets, ≤ 0.95× direct", "0.990×  0.950×  NO", "n/a"} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("targets table lacks %q:\n%s", line, out.String())
 		}
+	}
+}
+
+// The targets table names a machine whose process starts do not overlap, and
+// only such a machine.
+func TestTargetsNameSerialProcessStarts(t *testing.T) {
+	shape := &overheadResult{Delegates: kindReal, Networks: 3}
+	v := verbSamples{manifold: msList(110), reference: msList(100), overhead: msList(10), thick: msList(104)}
+	shape.Add, shape.Del = v.result(), v.result()
+	for _, tc := range []struct {
+		speedup float64
+		named   bool
+	}{{0.91, true}, {1.24, true}, {1.25, false}, {1.9, false}} {
+		var out strings.Builder
+		starts := &processStarts{Streams: 2, Speedup: tc.speedup}
+		printTargets(&out, []*overheadResult{shape}, starts)
+		if got := strings.Contains(out.String(), "need that overlap"); got != tc.named {
+			t.Errorf("speedup %.2f: the table names the machine: %v, want %v:\n%s", tc.speedup, got, tc.named, out.String())
+		}
+		if got := strings.Contains(starts.summary(), "cannot win here"); got != tc.named {
+			t.Errorf("speedup %.2f: the summary says overlap cannot win: %v, want %v: %s", tc.speedup, got, tc.named, starts.summary())
+		}
+	}
+}
+
+// The probe measures real process starts: each half makes its starts, and
+// both the per-start figures and the speedup come from them.
+func TestProbeProcessStarts(t *testing.T) {
+	bin, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true binary")
+	}
+	p, err := probeProcessStarts(context.Background(), bin, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Streams < 2 || p.Starts%p.Streams != 0 || p.Starts < p.Streams || p.SerialMs <= 0 || p.Speedup <= 0 || p.MinorFaults <= 0 {
+		t.Errorf("probe %+v: want starts a multiple of the streams (≥ 2) and positive times, faults and speedup", p)
+	}
+	if _, err := probeProcessStarts(context.Background(), "/nonexistent/noop", 4); err == nil || !strings.Contains(err.Error(), "/nonexistent/noop") {
+		t.Errorf("probe of a missing binary: %v, want an error naming it", err)
 	}
 }
