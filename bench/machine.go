@@ -108,7 +108,7 @@ func (p *processStarts) summary() string {
 	s := fmt.Sprintf("a static Go process start (noop VERSION): %.1f ms, %.1f ms CPU, %.0f page faults; %d at once: %.2f× as fast as one after the other (at best %d×)",
 		p.SerialMs, p.CPUMs, p.MinorFaults, p.Streams, p.Speedup, p.Streams)
 	if p.Speedup < overlapHelps {
-		s += "\n  this machine does not run process starts in parallel: overlapping them (prestartDelegates, concurrentAttachments) cannot win here, and the targets below 1× direct cannot be met"
+		s += "\n  this machine barely runs process starts in parallel: overlapping them (prestartDelegates, concurrentAttachments) gains little here, and the targets below 1× direct are out of its reach"
 	}
 	return s
 }
