@@ -104,6 +104,39 @@ func TestSpeculatedNADs(t *testing.T) {
 	}
 }
 
+// A NAD the daemon has never read is never speculated on, not even in the
+// instant between its first read remembering it and the read being done: a
+// network built then would be confirmed against its own source. Each round
+// starts a read of a NAD that the memory lacks and asks speculate, as fast as
+// it can, until the read is done. With the memory changed before the read
+// was marked done and outside the cache's lock, this failed in its first
+// rounds.
+func TestSpeculateNeverSeesItsOwnRead(t *testing.T) {
+	const conf = `{"cniVersion":"1.0.0","name":"a","type":"noop"}`
+	key := nadKey{"default", "net-a"}
+	api := &fakeAPI{nads: map[string]string{"default/net-a": conf}}
+	for round := range 2000 {
+		c := newNADCache(api, &nadMemory{}, "/etc/kubeconfig")
+		c.start(context.Background(), []nadKey{key})
+		c.mu.Lock()
+		r := c.reads[key]
+		c.mu.Unlock()
+		for done := false; !done; {
+			select {
+			case <-r.done:
+				done = true
+			default:
+			}
+			if def, ok := c.speculate(key); ok {
+				t.Fatalf("round %d: speculated on %q, which only this call's own read had remembered", round, def.config)
+			}
+		}
+		if def, ok := c.mem.get(c.kubeconfig, key); !ok || def.config != conf {
+			t.Fatalf("round %d: memory after the read: %q, %v; want the read's config", round, def.config, ok)
+		}
+	}
+}
+
 // The plugin binary keeps no memory: every network waits for its NAD's read.
 func TestBinaryDoesNotSpeculate(t *testing.T) {
 	const conf = `{"cniVersion":"1.0.0","name":"a","type":"noop"}`
