@@ -268,6 +268,70 @@ func TestLockSerialisesAndTimesOut(t *testing.T) {
 	}
 }
 
+// SweepLocks removes exactly the lock files of containers with no record
+// whose lock no call holds: among many pods' lock files, each kept by a
+// record, a held lock of a container whose record is not written yet is
+// kept, and only the file a killed call left is removed.
+func TestSweepLocks(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	ctx := context.Background()
+	take := func(id string) *Lock {
+		l, err := s.Lock(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for i := range 50 {
+		id := "pod" + strconv.Itoa(i)
+		take(id).Unlock(false) // a running pod's lock file stays after ADD
+		if err := s.Save(sampleRecord(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take("killed").Unlock(false) // its process died; the runtime forgot it
+	busy := take("busy")         // an ADD before its record is written
+	defer busy.Unlock(true)
+	if n := s.SweepLocks(); n != 1 {
+		t.Errorf("SweepLocks removed %d lock files, want 1", n)
+	}
+	entries, err := os.ReadDir(filepath.Join(s.Dir, lockDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]bool{}
+	for _, e := range entries {
+		left[e.Name()] = true
+	}
+	if left["killed"] || !left["busy"] || !left["pod0"] || !left["pod49"] || len(left) != 51 {
+		t.Errorf("lock files after the sweep: %v; want every pod's and busy's, not killed's", left)
+	}
+	// A second sweep finds nothing more to remove.
+	if n := s.SweepLocks(); n != 0 {
+		t.Errorf("second SweepLocks removed %d", n)
+	}
+}
+
+// BenchmarkSweepLocks is a sweep on a node with 100 pods: 100 records and
+// their lock files, nothing to remove (go test ./scratch -bench SweepLocks).
+func BenchmarkSweepLocks(b *testing.B) {
+	s := &Store{Dir: b.TempDir()}
+	for i := range 100 {
+		id := strconv.Itoa(i)
+		l, err := s.Lock(context.Background(), id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Unlock(false)
+		if err := s.Save(sampleRecord(id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		s.SweepLocks()
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	good, _ := Encode(sampleRecord("abc123"))
 	f.Add(good)
