@@ -39,9 +39,15 @@ func (s *Store) Lock(ctx context.Context, containerID string) (*Lock, error) {
 	path := filepath.Join(dir, containerID)
 	delay := time.Millisecond
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		// Not through a symlink, and nothing but a regular file: whoever
+		// left something else at the path, it is not opened for writing.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open lock for %s: %w", containerID, err)
+		}
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			f.Close()
+			return nil, fmt.Errorf("open lock for %s: %s is not a regular file", containerID, path)
 		}
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -119,13 +125,14 @@ func (s *Store) SweepLocks() int {
 	removed := 0
 	for _, e := range locks {
 		id := e.Name()
-		if _, ok := recorded[id]; ok || ValidateContainerID(id) != nil {
+		if _, ok := recorded[id]; ok || !e.Type().IsRegular() || ValidateContainerID(id) != nil {
 			continue
 		}
 		// No record when the directory was read; the flock and the
-		// checks after it decide.
+		// checks after it decide. Anything but a regular file (a
+		// symlink, a device) is not ours, and not opened.
 		path := filepath.Join(dir, id)
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -309,6 +310,45 @@ func TestSweepLocks(t *testing.T) {
 	// A second sweep finds nothing more to remove.
 	if n := s.SweepLocks(); n != 0 {
 		t.Errorf("second SweepLocks removed %d", n)
+	}
+}
+
+// Whatever else sits in the lock directory is neither followed nor opened:
+// Lock refuses a symlink or a FIFO at a container's lock path, and creates
+// nothing where a symlink points; the sweep leaves both alone. Before, Lock
+// created the symlink's target and locked it, and the sweep opened the
+// target for writing and removed the symlink.
+func TestLocksOpenOnlyRegularFiles(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	dir := filepath.Join(s.Dir, lockDirName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.Symlink(target, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"link", "fifo"} {
+		if l, err := s.Lock(context.Background(), id); err == nil || !strings.Contains(err.Error(), id) {
+			if l != nil {
+				l.Unlock(false)
+			}
+			t.Errorf("Lock(%s) = %v, want an error naming it", id, err)
+		}
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the symlink's target exists after Lock: %v", err)
+	}
+	if n := s.SweepLocks(); n != 0 {
+		t.Errorf("SweepLocks removed %d entries that are not lock files", n)
+	}
+	for _, id := range []string{"link", "fifo"} {
+		if _, err := os.Lstat(filepath.Join(dir, id)); err != nil {
+			t.Errorf("%s after the sweep: %v", id, err)
+		}
 	}
 }
 
