@@ -49,31 +49,38 @@ type node struct {
 }
 
 // installerNode applies deployments/ and returns a node for the thin
-// DaemonSet's installer, with its options as the DaemonSet gives them, where
-// this node differs from a real one: the binary comes from the build rather
-// than the image, and manifold's state goes to the env's cniDir rather than
-// the host's /var. The API server's address is in the environment, as the
-// kubelet gives it to every pod (the DaemonSet sets no --api-server), and the
-// node's primary network's config is in its conf dir.
+// DaemonSet's installer (deployedNode), where this node differs from a real
+// one: the binary comes from the build rather than the image, and manifold's
+// state goes to the env's cniDir rather than the host's /var. The node's
+// primary network's config is in its conf dir.
 func (e *env) installerNode(t *testing.T) (*node, *install.Options) {
 	t.Helper()
-	applyDeployments(t, e.cp)
-	ds, err := e.k8s.AppsV1().DaemonSets(saNamespace).Get(e.ctx(), "manifold", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get DaemonSet: %v", err)
-	}
-	n := newNode(t, ds)
-	o := n.options()
+	n, o := e.deployedNode(t, "manifold")
 	o.Binary = testenv.Manifold(t)
 	o.CNIDir = e.cniDir
+	e.writeFile(filepath.Join(o.HostCNIConfDir, "10-bridge.conflist"), e.bridgeConflist(clusterName, e.bridge, e.cluster))
+	return n, o
+}
+
+// deployedNode applies deployments/ and returns a node for the installer of
+// the DaemonSet named, with its options as the DaemonSet gives them. The API
+// server's address is in the environment, as the kubelet gives it to every
+// pod (the DaemonSets set no --api-server).
+func (e *env) deployedNode(t *testing.T, daemonSet string) (*node, *install.Options) {
+	t.Helper()
+	applyDeployments(t, e.cp)
+	ds, err := e.k8s.AppsV1().DaemonSets(saNamespace).Get(e.ctx(), daemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get DaemonSet %s: %v", daemonSet, err)
+	}
+	n := newNode(t, ds)
 	u, err := url.Parse(e.cp.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", u.Hostname())
 	t.Setenv("KUBERNETES_SERVICE_PORT", u.Port())
-	e.writeFile(filepath.Join(o.HostCNIConfDir, "10-bridge.conflist"), e.bridgeConflist(clusterName, e.bridge, e.cluster))
-	return n, o
+	return n, n.options()
 }
 
 func newNode(t *testing.T, ds *appsv1.DaemonSet) *node {

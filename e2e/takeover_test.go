@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -42,21 +40,9 @@ import (
 func TestThickTakeoverOfMultus(t *testing.T) {
 	bins := nodeBinaries(t)
 	e := newEnv(t)
-	applyDeployments(t, e.cp)
-	ds, err := e.k8s.AppsV1().DaemonSets(saNamespace).Get(e.ctx(), "manifold-thick", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get DaemonSet: %v", err)
-	}
-	n := newNode(t, ds)
-	o := n.options()
+	n, o := e.deployedNode(t, "manifold-thick")
 	o.Binary, o.ShimBinary = testenv.Manifold(t), testenv.Shim(t)
 	o.DaemonSocket, o.CNIDir = n.host(o.DaemonSocket), n.host(o.CNIDir)
-	u, err := url.Parse(e.cp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("KUBERNETES_SERVICE_HOST", u.Hostname())
-	t.Setenv("KUBERNETES_SERVICE_PORT", u.Port())
 	if err := testenv.LinkPlugins(o.HostCNIBinDir, testenv.Plugins(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +61,10 @@ func TestThickTakeoverOfMultus(t *testing.T) {
 	sm := nextSubnet()
 	e.nad(e.ns, "mv", e.macvlanConf("", sm))
 
-	installer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("mfthick-"), Namespace: saNamespace, Labels: ds.Spec.Template.Labels},
-		Spec: *ds.Spec.Template.Spec.DeepCopy()}
-	if installer, err = e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), installer, metav1.CreateOptions{}); err != nil {
+	installer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("mfthick-"), Namespace: saNamespace, Labels: n.ds.Spec.Template.Labels},
+		Spec: *n.ds.Spec.Template.Spec.DeepCopy()}
+	installer, err := e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), installer, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("create installer pod: %v", err)
 	}
 	t.Cleanup(func() {
@@ -97,7 +84,7 @@ func TestThickTakeoverOfMultus(t *testing.T) {
 
 	// The daemon, as the DaemonSet runs it.
 	daemonLog := &testenv.SyncBuffer{}
-	d, err := testenv.RunDaemon(testenv.Manifold(t), o.DaemonSocket, daemonLog, n.daemonFlags(t, ds)...)
+	d, err := testenv.RunDaemon(testenv.Manifold(t), o.DaemonSocket, daemonLog, n.daemonFlags(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +149,9 @@ func TestThickTakeoverOfMultus(t *testing.T) {
 // daemonFlags are the flags of the DaemonSet's daemon container, with every
 // absolute path mapped to this node; without --socket (RunDaemon gives it)
 // and --host-root (see TestThickTakeoverOfMultus).
-func (n *node) daemonFlags(t *testing.T, ds *appsv1.DaemonSet) []string {
+func (n *node) daemonFlags(t *testing.T) []string {
 	t.Helper()
+	ds := n.ds
 	var c *corev1.Container
 	for i := range ds.Spec.Template.Spec.Containers {
 		if ds.Spec.Template.Spec.Containers[i].Name == "daemon" {
