@@ -118,7 +118,7 @@ func withRetries(ctx context.Context, stop <-chan struct{}, write func() error) 
 		return err
 	}
 	for _, pause := range statusRetries {
-		if err == nil || !errors.Is(err, k8sclient.ErrUnavailable) {
+		if !errors.Is(err, k8sclient.ErrUnavailable) {
 			return err
 		}
 		select {
