@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifold-cni/manifold/delegate"
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
@@ -115,6 +116,12 @@ func Run(args []string) int {
 	}
 	if !d.plugin.DrainWithin(drainTimeout) {
 		log.Warn("status writes still running at exit; their pods keep their networks but may lack network-status", "waited", drainTimeout.String())
+	}
+	// What is still running now (a rollback's DEL past the shutdown timeout,
+	// a hot-plug change) would outlive the daemon: its plugin would get
+	// SIGKILL from the kernel at the exit, but not what the plugin started.
+	if left := delegate.KillAll(killWait); len(left) > 0 {
+		log.Error("delegate process groups still there after SIGKILL at exit; the node's init inherits them", "processGroups", left, "waited", killWait.String())
 	}
 	if err != nil {
 		// Exit non-zero, so that the DaemonSet restarts the daemon; until

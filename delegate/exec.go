@@ -317,7 +317,11 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 	e.startNext()
 	err := <-done
 	if err != nil && ctx.Err() != nil {
-		return nil, e.killedError(pluginPath, context.Cause(ctx))
+		cause := context.Cause(ctx)
+		if errors.Is(err, errGroupLeft) {
+			cause = fmt.Errorf("%w; %v", cause, err)
+		}
+		return nil, e.killedError(pluginPath, cause)
 	}
 	if err == nil && p.stdout.dropped > 0 {
 		return nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("plugin %s wrote %d bytes to stdout, more than the limit of %d for a CNI result", pluginPath, int64(p.stdout.Len())+p.stdout.dropped, MaxPluginStdout), "")
@@ -386,7 +390,7 @@ func (e *Exec) startProc(p *proc) error {
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		stdin.Close()
 		return err
 	}
@@ -422,14 +426,31 @@ func (p *proc) give(ctx context.Context, stdin []byte) <-chan error {
 	go func() {
 		select {
 		case err := <-waited:
+			groups.done(p.cmd.Process.Pid)
 			done <- err
 		case <-ctx.Done():
-			p.cmd.Process.Kill()
+			// The whole group, so that what the plugin started dies with it;
+			// before the leader is reaped, while its group id is still its own.
+			killGroup(p.cmd.Process.Pid)
 			<-waited
-			done <- ctx.Err()
+			err := ctx.Err()
+			if left := p.awaitGroup(); left != nil {
+				err = left
+			}
+			done <- err
 		}
 	}()
 	return done
+}
+
+// awaitGroup waits, at most groupWait, for the processes of the group of a
+// killed plugin to be gone, and names them in its error if some are not.
+func (p *proc) awaitGroup() error {
+	pid := p.cmd.Process.Pid
+	if err := awaitGroup(pid, groupWait); err != nil {
+		return fmt.Errorf("%w %s after SIGKILL (process group %d)", err, groupWait, pid)
+	}
+	return nil
 }
 
 // kill stops a process that was never given its stdin, and reaps it. Nil-safe.
@@ -443,9 +464,10 @@ func (p *proc) kill() {
 	if p.err != nil || p.cmd == nil {
 		return
 	}
-	p.cmd.Process.Kill()
+	killGroup(p.cmd.Process.Pid)
 	p.stdin.Close()
 	p.wait()
+	p.awaitGroup()
 }
 
 // wait waits for the process to exit, then reaps it and collects its output
