@@ -34,14 +34,17 @@ import (
 // died, its own children (which do not inherit Pdeathsig) are left to the
 // node's init, since no process of manifold is left to kill their group.
 
-// spawners is how many threads fork delegates: the starts of one wave of
-// concurrent attachments, and the early start beside them, need not queue
-// behind each other.
-var spawners = max(2, runtime.NumCPU())
+// maxSpawners bounds the threads that fork delegates. They are started as
+// starts overlap, so one call that starts its delegates one at a time (the
+// thin plugin's usual call) makes one; the starts of a wave of concurrent
+// attachments, and the early start beside them, need not queue behind each
+// other.
+var maxSpawners = min(max(runtime.NumCPU(), 2), 4)
 
 var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
+	spawnMu   sync.Mutex
+	spawners  int
+	spawnReqs = make(chan spawnReq)
 )
 
 type spawnReq struct {
@@ -58,14 +61,18 @@ func spawn(cmd *exec.Cmd) error {
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pgid = 0
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		for range spawners {
+	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
+	select {
+	case spawnReqs <- r: // a spawner was idle
+	default:
+		spawnMu.Lock()
+		if spawners < maxSpawners {
+			spawners++
 			go spawnLoop()
 		}
-	})
-	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
-	spawnReqs <- r
+		spawnMu.Unlock()
+		spawnReqs <- r
+	}
 	err := <-r.done
 	if err == nil {
 		groups.add(cmd.Process.Pid)
