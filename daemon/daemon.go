@@ -120,8 +120,8 @@ func Run(args []string) int {
 	// What is still running now (a rollback's DEL past the shutdown timeout,
 	// a hot-plug change) would outlive the daemon: its plugin would get
 	// SIGKILL from the kernel at the exit, but not what the plugin started.
-	if left := delegate.KillAll(killWait); len(left) > 0 {
-		log.Error("delegate process groups still there after SIGKILL at exit; the node's init inherits them", "processGroups", left, "waited", killWait.String())
+	if left := delegate.KillAll(exitKillWait); len(left) > 0 {
+		log.Error("delegate process groups still there after SIGKILL at exit; the node's init inherits them", "processGroups", left, "waited", exitKillWait.String())
 	}
 	if err != nil {
 		// Exit non-zero, so that the DaemonSet restarts the daemon; until

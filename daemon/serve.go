@@ -31,6 +31,9 @@ const (
 	// killWait is how long, at shutdown, the calls that were cancelled get to
 	// end (their delegates killed, their rollbacks run) before the daemon exits.
 	killWait = 3 * time.Second
+	// exitKillWait bounds the wait for the delegates' groups that are killed
+	// last at exit; SIGKILL ends them in milliseconds.
+	exitKillWait = time.Second
 	// drainTimeout bounds the status writes still running at exit.
 	drainTimeout = 5 * time.Second
 	// stuckSlack is added to twice a call's callTimeout (the call, then its
