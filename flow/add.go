@@ -365,9 +365,11 @@ func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSe
 	if err := def.drawFrom(&att); err != nil {
 		return netconf.Attachment{}, err
 	}
-	att.DeviceID = sel.DeviceID
 	for _, w := range warnings {
 		log.Warn(w, "network", att.DisplayName())
+	}
+	for _, u := range att.Unserved {
+		log.Warn("request left out: no plugin of the network declares its capability", "network", att.DisplayName(), "request", u.Request, "capability", u.Capability, "types", strings.Join(u.Types, ","))
 	}
 	att.Request = netconf.SelectionKey(sel)
 	return att, nil

@@ -47,6 +47,9 @@ type Attachment struct {
 	// DeviceInfoFile is the attachment's Device Info file (the spec's CNI
 	// file), which DEL removes; "" when it has none.
 	DeviceInfoFile string `json:"deviceInfoFile,omitempty"`
+	// Unserved lists the annotation's requests that the attachment is made
+	// without (applyRequests); ADD warns of them. Not recorded.
+	Unserved []Unserved `json:"-"`
 	// Request is SelectionKey of the annotation entry that asked for this
 	// attachment, or "" when no entry of the networks annotation did: the
 	// node daemon's hot-plug compares these with the annotation.

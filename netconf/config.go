@@ -89,6 +89,11 @@ type Config struct {
 	// ConcurrentAttachments attaches a pod's independent extra networks at
 	// once instead of one after the other (docs/configuration.md).
 	ConcurrentAttachments bool `json:"concurrentAttachments,omitempty"`
+	// StrictCapabilities fails an attachment whose annotation asks for a
+	// value (portMappings, bandwidth, infiniband-guid, deviceID) that no
+	// plugin of its network declares the capability for; unset, the value is
+	// left out with a warning, as under Multus (docs/configuration.md).
+	StrictCapabilities bool `json:"strictCapabilities,omitempty"`
 	// MultusCNIDir is Multus's cniDir, read by DEL, CHECK and GC for the
 	// containers that manifold has no record of (a node taken over from
 	// Multus); "none" turns that off. MultusDir gives the effective value.
