@@ -218,6 +218,16 @@ func (p *Plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	}
 	atts[0].IsDefault = true
 	atts[0].RuntimeConfig = mergeRuntimeConfig(runtimeArgsFor(c.conf.RuntimeConfig, &atts[0]), atts[0].RuntimeConfig)
+	// Multus's auxiliary chain runs last, after the pod's own networks.
+	aux, err := netconf.AuxiliaryNetwork(c.conf)
+	if err != nil {
+		return nil, err
+	}
+	if aux != nil {
+		att := netconf.NewAttachment(aux, "")
+		att.Auxiliary = true
+		atts = append(atts, att)
+	}
 	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}

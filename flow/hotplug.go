@@ -336,6 +336,9 @@ func (h *hotplugCall) writeStatus(ctx context.Context, ch *delegate.Change) {
 	statuses := make([]netconf.NetworkStatus, 0, len(results))
 	for i, res := range results {
 		att := ch.Record.Attachments[i]
+		if att.Auxiliary {
+			continue // no interface of its own
+		}
 		if res == nil {
 			h.log.Warn("no cached result; the attachment is left out of network-status", "network", att.DisplayName(), delegate.AttachmentIfnameKey, att.IfName)
 			continue

@@ -46,6 +46,9 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 	}
 	statuses := make([]netconf.NetworkStatus, 0, len(atts))
 	for i := range atts {
+		if atts[i].Auxiliary {
+			continue // no interface of its own
+		}
 		st, err := netconf.BuildNetworkStatus(atts[i], results[i])
 		if err != nil {
 			c.log.Warn("build network status", "network", atts[i].DisplayName(), "error", err)
@@ -68,6 +71,9 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 	}
 	host := hostname()
 	for i := range atts {
+		if atts[i].Auxiliary {
+			continue
+		}
 		msg := fmt.Sprintf("Add %s [%s] from %s", atts[i].IfName, strings.Join(resultIPs(results[i]), ","), atts[i].DisplayName())
 		now := p.now()
 		wg.Go(func() {

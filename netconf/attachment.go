@@ -15,6 +15,10 @@ type Attachment struct {
 	IfName string `json:"ifname"`
 	// IsDefault marks the pod's default network (the one that gets CNI_IFNAME).
 	IsDefault bool `json:"default,omitempty"`
+	// Auxiliary marks the auxiliary chain (AuxiliaryNetwork): it runs on
+	// an interface name of its own but makes no interface, so it has no
+	// network-status entry, no AddedInterface event, and no routes to move.
+	Auxiliary bool `json:"auxiliary,omitempty"`
 	// Config is the conflist that is handed to libcni.
 	Config json.RawMessage `json:"config"`
 	// Capabilities is the union of the capabilities declared by Config's plugins.
