@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -198,5 +199,56 @@ func TestAuxiliaryChain(t *testing.T) {
 				t.Errorf("files left in cniDir after DEL: %v", got)
 			}
 		})
+	}
+}
+
+// TestThickChains: the node daemon (with --host-root /, so through the
+// chrooted exec, and no manifold binary to fall back to) loads the
+// clusterNetwork conflist with its subdirectory chain and runs the
+// auxiliary chain behind its in-process passthru, as the thin binary does;
+// DEL runs both from the record after their files are gone.
+func TestThickChains(t *testing.T) {
+	n := newThickNode(t, false)
+	d := n.startDaemon(t, "--host-root", "/")
+	ctx := context.Background()
+	confDir, recordDir := t.TempDir(), t.TempDir()
+	writeConfs(t, confDir, map[string]string{
+		"10-br.conflist":         fmt.Sprintf(`{"cniVersion":"1.0.0","name":"br-net","plugins":[%s]}`, n.bridgeConf("1.0.0", "10.201.43.0/24")),
+		"br-net/10-tune.conf":    `{"type":"tuning","sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1"}}`,
+		"vendor-chain/10.conf":   `{"type":"tuning","sysctl":{"net.ipv4.conf.eth0.arp_announce":"2"}}`,
+		"vendor-chain/20-r.conf": fmt.Sprintf(`{"type":"recorder","recordDir":%q}`, recordDir),
+	})
+	conflist := bytes.Replace(n.manifoldConf(t, "1.1.0", map[string]any{
+		"daemonSocket":          d.Socket,
+		"clusterNetwork":        filepath.Join(confDir, "10-br.conflist"),
+		"auxiliaryCNIChainName": "vendor-chain",
+	}), []byte(`"type":"manifold"`), []byte(`"type":"manifold-shim"`), 1)
+	conf := testenv.Conf(t, conflist)
+	pod, netns := newPod(t)
+	if _, err := n.rt.Add(ctx, conf, pod); err != nil {
+		t.Fatalf("ADD through the daemon: %v", err)
+	}
+	t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
+	for key, want := range map[string]string{"net.ipv4.conf.eth0.arp_filter": "1", "net.ipv4.conf.eth0.arp_announce": "2"} {
+		if got := podSysctl(t, netns, key); got != want {
+			t.Errorf("%s = %s, want %s from a chained tuning", key, got, want)
+		}
+	}
+	if recorded(t, recordDir, "ADD", "net1") == nil {
+		t.Error("the auxiliary chain did not run on net1")
+	}
+	for _, dir := range []string{"br-net", "vendor-chain"} {
+		if err := os.RemoveAll(filepath.Join(confDir, dir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.rt.Del(ctx, conf, pod); err != nil {
+		t.Fatalf("DEL through the daemon: %v", err)
+	}
+	if recorded(t, recordDir, "DEL", "net1") == nil {
+		t.Error("DEL did not run the auxiliary chain from the record")
+	}
+	if got := podLinks(t, netns); len(got) != 0 {
+		t.Errorf("pod links after DEL = %v, want none", got)
 	}
 }
