@@ -45,6 +45,11 @@ func (r *Runner) CheckWith(ctx context.Context, containerID, netns, ifName, cniV
 	rec.NetNS = netns
 	for i := range rec.Attachments {
 		att := &rec.Attachments[i]
+		if att.Auxiliary {
+			// Its plugins check an interface of their CNI_IFNAME, which the
+			// auxiliary chain never has (docs/configuration.md).
+			continue
+		}
 		list, err := confList(att)
 		if err != nil {
 			return netconf.Invalid("%v", err)

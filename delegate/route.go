@@ -101,6 +101,9 @@ func (r *Runner) moveDefaultRoute(atts []netconf.Attachment, c *gatewayChoice) e
 		family = netlink.FAMILY_V4
 	}
 	for i := range atts {
+		if atts[i].Auxiliary {
+			continue // it made no interface
+		}
 		link, err := netlink.LinkByName(atts[i].IfName)
 		if err != nil {
 			return fmt.Errorf("find interface %s: %w", atts[i].IfName, err)

@@ -90,7 +90,7 @@ func NewCNI(binDir, cniPath, cniDir string, exec invoke.Exec) *libcni.CNIConfig 
 			paths = append(paths, p)
 		}
 	}
-	return libcni.NewCNIConfigWithCacheDir(paths, cniDir, exec)
+	return libcni.NewCNIConfigWithCacheDir(paths, cniDir, withPassthru(exec))
 }
 
 func splitPath(p string) []string {

@@ -243,3 +243,14 @@ func TestRunnerWaveFailureUndoes(t *testing.T) {
 		t.Errorf("processes left after the failed ADD: %s", kids)
 	}
 }
+
+// TestWavesAuxiliaryLast: with concurrentAttachments, the auxiliary chain
+// still runs alone, after every other attachment, as Multus runs it.
+func TestWavesAuxiliaryLast(t *testing.T) {
+	aux := attWith("aux", "net3", "")
+	aux.Auxiliary = true
+	got := waves([]netconf.Attachment{att("a", "eth0"), att("b", "net1"), att("c", "net2"), aux}, true)
+	if want := [][]int{{0}, {1, 2}, {3}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("waves %v, want %v", got, want)
+	}
+}

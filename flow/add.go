@@ -218,6 +218,16 @@ func (p *Plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	}
 	atts[0].IsDefault = true
 	atts[0].RuntimeConfig = mergeRuntimeConfig(runtimeArgsFor(c.conf.RuntimeConfig, &atts[0]), atts[0].RuntimeConfig)
+	// Multus's auxiliary chain runs last, after the pod's own networks.
+	aux, err := netconf.AuxiliaryNetwork(c.conf)
+	if err != nil {
+		return nil, err
+	}
+	if aux != nil {
+		att := netconf.NewAttachment(aux, "")
+		att.Auxiliary = true
+		atts = append(atts, att)
+	}
 	if err := netconf.AssignIfNames(atts, c.args.IfName); err != nil {
 		return nil, netconf.Invalid("%v", err)
 	}
@@ -365,9 +375,11 @@ func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSe
 	if err := def.drawFrom(&att); err != nil {
 		return netconf.Attachment{}, err
 	}
-	att.DeviceID = sel.DeviceID
 	for _, w := range warnings {
 		log.Warn(w, "network", att.DisplayName())
+	}
+	for _, u := range att.Unserved {
+		log.Warn("request left out: no plugin of the network declares its capability", "network", att.DisplayName(), "request", u.Request, "capability", u.Capability, "types", strings.Join(u.Types, ","))
 	}
 	att.Request = netconf.SelectionKey(sel)
 	return att, nil

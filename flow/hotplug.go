@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -144,6 +145,9 @@ func (p *Plugin) Reconcile(ctx context.Context, containerID string, pod *k8sclie
 			if err != nil {
 				return "", h.warn(ctx, att.DisplayName(), err)
 			}
+			var wg sync.WaitGroup
+			p.unservedEvents(ctx, h.log, h.api, h.pod, []netconf.Attachment{att}, &wg)
+			wg.Wait()
 			return fmt.Sprintf("Add %s [%s] from %s", att.IfName, strings.Join(resultIPs(res), ","), att.DisplayName()), nil
 		}, "AddedInterface")
 		if gone || err != nil {
@@ -332,6 +336,9 @@ func (h *hotplugCall) writeStatus(ctx context.Context, ch *delegate.Change) {
 	statuses := make([]netconf.NetworkStatus, 0, len(results))
 	for i, res := range results {
 		att := ch.Record.Attachments[i]
+		if att.Auxiliary {
+			continue // no interface of its own
+		}
 		if res == nil {
 			h.log.Warn("no cached result; the attachment is left out of network-status", "network", att.DisplayName(), delegate.AttachmentIfnameKey, att.IfName)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -39,11 +40,15 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 	if slices.ContainsFunc(atts, func(a netconf.Attachment) bool { return a.Claim != nil }) {
 		wg.Go(func() { p.writeClaimStatus(ctx, c, pc, atts, results) })
 	}
+	p.unservedEvents(ctx, c.log, pc.api, pc.pod, atts, &wg)
 	if c.conf.IsSystemNamespace(pc.pod.Namespace) {
 		return
 	}
 	statuses := make([]netconf.NetworkStatus, 0, len(atts))
 	for i := range atts {
+		if atts[i].Auxiliary {
+			continue // no interface of its own
+		}
 		st, err := netconf.BuildNetworkStatus(atts[i], results[i])
 		if err != nil {
 			c.log.Warn("build network status", "network", atts[i].DisplayName(), "error", err)
@@ -66,6 +71,9 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 	}
 	host := hostname()
 	for i := range atts {
+		if atts[i].Auxiliary {
+			continue
+		}
 		msg := fmt.Sprintf("Add %s [%s] from %s", atts[i].IfName, strings.Join(resultIPs(results[i]), ","), atts[i].DisplayName())
 		now := p.now()
 		wg.Go(func() {
@@ -75,6 +83,28 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 		})
 	}
 }
+
+// unservedEvents sends a Warning event for each request of the pod's
+// annotation that an attachment was made without (netconf.Unserved): the
+// pod runs, without the value it asked for, and its owner is told which.
+func (p *Plugin) unservedEvents(ctx context.Context, log *slog.Logger, api podAPI, pod *k8sclient.Pod, atts []netconf.Attachment, wg *sync.WaitGroup) {
+	host := hostname()
+	for i := range atts {
+		for _, u := range atts[i].Unserved {
+			msg := u.Message(atts[i].DisplayName() + " (" + atts[i].IfName + ")")
+			now := p.now()
+			wg.Go(func() {
+				if err := api.Event(ctx, pod, k8sclient.EventWarning, ReasonCapabilityNotDeclared, msg, host, now); err != nil {
+					log.Warn("send event", "error", err)
+				}
+			})
+		}
+	}
+}
+
+// ReasonCapabilityNotDeclared is the reason of the Warning event for a
+// request left out (unservedEvents).
+const ReasonCapabilityNotDeclared = "CapabilityNotDeclared"
 
 // warnEvent tells the pod's owner why its ADD failed.
 func (p *Plugin) warnEvent(ctx context.Context, c *call, pc *podContext, cause error) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/manifold-cni/manifold/netconf"
@@ -359,5 +360,63 @@ func TestGenerateConfigRefusesWhatManifoldRefuses(t *testing.T) {
 	_, err := GenerateConfig(&Primary{Name: "10-x.conf", CNIVersion: "9.9.9"}, DefaultOptions())
 	if err == nil || !strings.Contains(err.Error(), "9.9.9") {
 		t.Fatalf("a primary with cniVersion 9.9.9 gave %v, want an error naming the version", err)
+	}
+}
+
+// TestFindPrimaryNeverTakesADirectory: a network's subdirectory chain (named
+// after the network, which may end in .conf), a symlink to a directory with
+// a config's name, and a FIFO are never taken for the primary, and never
+// block the search; the file after them is.
+func TestFindPrimaryNeverTakesADirectory(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"00-net.conf", "elsewhere.d"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "00-net.conf", "a.conf"), []byte(bridgeConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "elsewhere.d"), filepath.Join(dir, "01-link.conflist")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "02-fifo.conflist"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "10-bridge.conf"), []byte(bridgeConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := FindPrimary(dir, DefaultConfigName)
+	if err != nil || p.Name != "10-bridge.conf" {
+		t.Fatalf("got %+v, %v; want 10-bridge.conf", p, err)
+	}
+}
+
+// TestFindPrimaryChainCapabilities: the plugins that the runtime chains to a
+// .conflist primary from its network's subdirectory declare capabilities
+// that manifold must declare too; loadOnlyInlinedPlugins turns that off.
+func TestFindPrimaryChainCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		inlined string
+		want    map[string]bool
+	}{
+		{"", map[string]bool{"ips": true, "portMappings": true}},
+		{`"loadOnlyInlinedPlugins":"True",`, map[string]bool{"ips": true}},
+	} {
+		dir := t.TempDir()
+		primary := `{"cniVersion":"1.0.0","name":"podnet",` + tc.inlined + `"plugins":[{"type":"bridge","capabilities":{"ips":true}}]}`
+		if err := os.WriteFile(filepath.Join(dir, "10-pod.conflist"), []byte(primary), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(dir, "podnet"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "podnet", "pm.conf"), []byte(`{"type":"portmap","capabilities":{"portMappings":true}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := FindPrimary(dir, DefaultConfigName)
+		if err != nil || p.Name != "10-pod.conflist" || !reflect.DeepEqual(p.Capabilities, tc.want) {
+			t.Errorf("%s: got %+v, %v; want capabilities %v", primary, p, err, tc.want)
+		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/manifold-cni/manifold/netconf"
 )
 
 // ErrNoPrimary is returned (wrapped) while the conf dir holds no primary CNI
@@ -53,7 +55,14 @@ func FindPrimary(dir, ownName string) (*Primary, error) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		data, err := readCapped(filepath.Join(dir, name))
+		path := filepath.Join(dir, name)
+		// Never a directory (a network's subdirectory chain, named after
+		// it, can end in .conf), even behind a symlink, and never a FIFO or
+		// a device, which the read would block on.
+		if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+			continue
+		}
+		data, err := readCapped(path)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed since ReadDir
 		}
@@ -62,10 +71,13 @@ func FindPrimary(dir, ownName string) (*Primary, error) {
 		}
 		p, meta, err := parsePrimary(name, data)
 		if err != nil {
-			return nil, fmt.Errorf("parse primary CNI config %s: %w", filepath.Join(dir, name), err)
+			return nil, fmt.Errorf("parse primary CNI config %s: %w", path, err)
 		}
 		if meta {
 			continue
+		}
+		if err := addChainCapabilities(dir, name, data, p); err != nil {
+			return nil, fmt.Errorf("primary CNI config %s: %w", path, err)
 		}
 		return p, nil
 	}
@@ -127,4 +139,48 @@ func parsePrimary(name string, data []byte) (p *Primary, meta bool, err error) {
 		}
 	}
 	return &Primary{Name: name, CNIVersion: conf.CNIVersion, Capabilities: caps}, false, nil
+}
+
+// addChainCapabilities adds to p the capabilities of the plugins the runtime
+// chains to a .conflist primary from the subdirectory named after its
+// network (libcni's NetworkConfFromFile; docs/configuration.md): a portmap
+// there gets portMappings from the runtime only if manifold declares it.
+func addChainCapabilities(dir, name string, data []byte, p *Primary) error {
+	if filepath.Ext(name) != ".conflist" {
+		return nil
+	}
+	var list struct {
+		Name string `json:"name"`
+		// Any JSON value; the string forms are libcni's too.
+		Inlined any `json:"loadOnlyInlinedPlugins"`
+	}
+	if err := json.Unmarshal(data, &list); err != nil {
+		return fmt.Errorf("decode JSON: %w", err)
+	}
+	switch v := list.Inlined.(type) {
+	case bool:
+		if v {
+			return nil
+		}
+	case string:
+		if strings.EqualFold(v, "true") {
+			return nil
+		}
+	}
+	chain, err := netconf.ChainPlugins(dir, list.Name)
+	if err != nil {
+		return err
+	}
+	for _, raw := range chain {
+		var pl pluginJSON
+		if err := json.Unmarshal(raw, &pl); err != nil {
+			return err
+		}
+		for c, on := range pl.Capabilities {
+			if on {
+				p.Capabilities[c] = true
+			}
+		}
+	}
+	return nil
 }

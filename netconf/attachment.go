@@ -15,6 +15,10 @@ type Attachment struct {
 	IfName string `json:"ifname"`
 	// IsDefault marks the pod's default network (the one that gets CNI_IFNAME).
 	IsDefault bool `json:"default,omitempty"`
+	// Auxiliary marks the auxiliary chain (AuxiliaryNetwork): it runs on
+	// an interface name of its own but makes no interface, so it has no
+	// network-status entry, no AddedInterface event, and no routes to move.
+	Auxiliary bool `json:"auxiliary,omitempty"`
 	// Config is the conflist that is handed to libcni.
 	Config json.RawMessage `json:"config"`
 	// Capabilities is the union of the capabilities declared by Config's plugins.
@@ -47,6 +51,9 @@ type Attachment struct {
 	// DeviceInfoFile is the attachment's Device Info file (the spec's CNI
 	// file), which DEL removes; "" when it has none.
 	DeviceInfoFile string `json:"deviceInfoFile,omitempty"`
+	// Unserved lists the annotation's requests that the attachment is made
+	// without (applyRequests); ADD warns of them. Not recorded.
+	Unserved []Unserved `json:"-"`
 	// Request is SelectionKey of the annotation entry that asked for this
 	// attachment, or "" when no entry of the networks annotation did: the
 	// node daemon's hot-plug compares these with the annotation.

@@ -89,6 +89,15 @@ type Config struct {
 	// ConcurrentAttachments attaches a pod's independent extra networks at
 	// once instead of one after the other (docs/configuration.md).
 	ConcurrentAttachments bool `json:"concurrentAttachments,omitempty"`
+	// StrictCapabilities fails an attachment whose annotation asks for a
+	// value (portMappings, bandwidth, infiniband-guid, deviceID) that no
+	// plugin of its network declares the capability for; unset, the value is
+	// left out with a warning, as under Multus (docs/configuration.md).
+	StrictCapabilities bool `json:"strictCapabilities,omitempty"`
+	// AuxiliaryCNIChainName names Multus's auxiliary chain: the plugin
+	// configs in the directory of that name next to clusterNetwork's file,
+	// run after every other attachment (AuxiliaryNetwork).
+	AuxiliaryCNIChainName string `json:"auxiliaryCNIChainName,omitempty"`
 	// MultusCNIDir is Multus's cniDir, read by DEL, CHECK and GC for the
 	// containers that manifold has no record of (a node taken over from
 	// Multus); "none" turns that off. MultusDir gives the effective value.
@@ -167,6 +176,11 @@ func (c *Config) validate() error {
 	for i, n := range c.DefaultNetworks {
 		if strings.TrimSpace(n) == "" {
 			return fmt.Errorf("key \"defaultNetworks\"[%d] is empty", i)
+		}
+	}
+	if c.AuxiliaryCNIChainName != "" {
+		if err := ValidateNetworkName(c.AuxiliaryCNIChainName); err != nil {
+			return fmt.Errorf("key \"auxiliaryCNIChainName\": %w", err)
 		}
 	}
 	setDefault(&c.ConfDir, DefaultConfDir)

@@ -54,6 +54,11 @@ func AssignIfNames(atts []Attachment, podIfName string) error {
 				return fmt.Errorf("network %s: the default network always gets CNI_IFNAME %q; it cannot ask for interface %q", a.DisplayName(), podIfName, a.IfName)
 			}
 			a.IfName = podIfName
+		case a.Auxiliary:
+			// It makes no interface, so it never takes a name a pod's
+			// network asked for: net<i>, as Multus names it, or the next
+			// free net<k> (docs/configuration.md).
+			a.IfName = freeNetName(atts, i)
 		case a.IfName == "":
 			a.IfName = "net" + strconv.Itoa(i)
 		}
@@ -66,4 +71,25 @@ func AssignIfNames(atts []Attachment, podIfName string) error {
 		taken[a.IfName] = a.DisplayName()
 	}
 	return nil
+}
+
+// freeNetName is net<k> for the first k >= i that no attachment of atts uses
+// or will be given.
+func freeNetName(atts []Attachment, i int) string {
+	for k := i; ; k++ {
+		name := "net" + strconv.Itoa(k)
+		used := false
+		for j := range atts {
+			if j == i {
+				continue
+			}
+			if atts[j].IfName == name || (atts[j].IfName == "" && j != 0 && name == "net"+strconv.Itoa(j)) {
+				used = true
+				break
+			}
+		}
+		if !used {
+			return name
+		}
+	}
 }

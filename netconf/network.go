@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // MaxConfigBytes caps any one network config we read, from stdin, a file or a NAD.
@@ -175,17 +176,28 @@ func optString(m map[string]json.RawMessage, key string, dst *string) error {
 	return nil
 }
 
-// LoadNetworkFile reads a .conf, .json or .conflist file.
+// LoadNetworkFile reads a .conf, .json or .conflist file, with the plugins
+// of its subdirectory chain (chain.go), as libcni's NetworkConfFromFile
+// loads it.
 func LoadNetworkFile(path string) (*Network, error) {
-	b, err := readCapped(path)
+	b, n, err := parseNetworkFile(path)
 	if err != nil {
 		return nil, err
 	}
+	return withChain(path, b, n)
+}
+
+// parseNetworkFile reads and parses one config file, without its chain.
+func parseNetworkFile(path string) ([]byte, *Network, error) {
+	b, err := readCapped(path)
+	if err != nil {
+		return nil, nil, err
+	}
 	n, err := ParseNetwork(b, "")
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", path, err)
+		return nil, nil, fmt.Errorf("load %s: %w", path, err)
 	}
-	return n, nil
+	return b, n, nil
 }
 
 // LoadNetworkPath resolves a path given for clusterNetwork or defaultNetworks: a
@@ -211,7 +223,9 @@ func LoadNetworkPath(path string) (*Network, error) {
 // FindNetworkInDir looks in dir for a config whose name is name. A .conflist wins
 // over a .conf or .json of the same name; among files of one kind the
 // alphabetically first wins. Files that do not parse are skipped, so one broken
-// file cannot hide a good one. It returns nil, nil when nothing matches.
+// file cannot hide a good one. It returns nil, nil when nothing matches. The
+// match gets its subdirectory chain (chain.go), and a chain that cannot be
+// read is an error: the file is the network's, and the next one is not.
 func FindNetworkInDir(dir, name string) (*Network, error) {
 	files, err := configFiles(dir)
 	if err != nil {
@@ -221,21 +235,26 @@ func FindNetworkInDir(dir, name string) (*Network, error) {
 		return nil, err
 	}
 	var single *Network
+	var singleRaw []byte
+	var singlePath string
 	for _, f := range files {
 		isList := strings.HasSuffix(f, ".conflist")
 		if !isList && single != nil {
 			continue
 		}
-		n, err := LoadNetworkFile(f)
+		b, n, err := parseNetworkFile(f)
 		if err != nil || n.Name != name {
 			continue
 		}
 		if isList {
-			return n, nil
+			return withChain(f, b, n)
 		}
-		single = n
+		single, singleRaw, singlePath = n, b, f
 	}
-	return single, nil
+	if single == nil {
+		return nil, nil
+	}
+	return withChain(singlePath, singleRaw, single)
 }
 
 // configFiles lists the CNI config files in dir, sorted by name.
@@ -258,12 +277,21 @@ func configFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
+// readCapped reads a config file of at most MaxConfigBytes. It follows a
+// symlink, as the runtimes do for the files of the conf dir, but reads only
+// a regular file: a FIFO would block the call (hence O_NONBLOCK, which does
+// not change how a regular file reads).
 func readCapped(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file (%s)", path, st.Mode().Type())
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)

@@ -11,7 +11,9 @@ import (
 // reads the NAD's config as its own config, and obeys its binDir, cniDir,
 // logFile and kubeconfig as root: a NAD's author could make the node run a
 // binary of their choosing, or write files where they say (docs/security.md).
-var MetaPluginTypes = []string{"manifold", "manifold-shim", "manifold-install", "multus", "multus-shim", "multus-daemon"}
+// PassthruType is here too: manifold answers it itself, only as an
+// auxiliary chain's first plugin.
+var MetaPluginTypes = []string{"manifold", "manifold-shim", "manifold-install", "multus", "multus-shim", "multus-daemon", PassthruType}
 
 // NestedEnv is set in the environment of every delegate that manifold runs.
 // manifold and manifold-shim refuse to run when they find it: whatever path

@@ -55,7 +55,7 @@ func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config
 	if len(sel.DefaultRoute) > 0 {
 		att.DefaultRoute = append([]string(nil), sel.DefaultRoute...)
 	}
-	warnings, err := applyRequests(&att, n, sel)
+	warnings, err := applyRequests(&att, n, sel, conf.StrictCapabilities)
 	if err != nil {
 		return Attachment{}, nil, err
 	}
@@ -84,16 +84,26 @@ func networkForNAD(nad, name, nadConfig, confDir string) (*Network, error) {
 
 // applyRequests fills the attachment's runtime config and CNI_ARGS from the
 // selection, after checking that some plugin of the network can honour each
-// request (DESIGN §4).
-func applyRequests(att *Attachment, n *Network, sel NetworkSelection) ([]string, error) {
+// request (DESIGN §4). A request for portMappings, bandwidth,
+// infiniband-guid or deviceID that no plugin declares the capability for is
+// left out, as Multus (through libcni) leaves it out, and recorded in
+// att.Unserved for a warning; with strict (strictCapabilities) it fails
+// the attachment with code 7 instead.
+func applyRequests(att *Attachment, n *Network, sel NetworkSelection, strict bool) ([]string, error) {
 	rc := map[string]any{}
 	var warnings []string
-	need := func(annotKey, capName string) error {
+	// need reports whether a plugin declares capName; when none does, the
+	// request is left out (recorded in att.Unserved), or refused when strict.
+	need := func(annotKey, capName string) (bool, error) {
 		if n.Capabilities[capName] {
-			return nil
+			return true, nil
 		}
-		return Invalid("network %s: the annotation asks for %q, but no plugin of the network (%s) declares the %q capability",
-			att.NAD, annotKey, strings.Join(n.Types, ", "), capName)
+		if strict {
+			return false, Invalid("network %s: the annotation asks for %q, but no plugin of the network (%s) declares the %q capability (strictCapabilities)",
+				att.NAD, annotKey, strings.Join(n.Types, ", "), capName)
+		}
+		att.Unserved = append(att.Unserved, Unserved{Request: annotKey, Capability: capName, Types: n.Types})
+		return false, nil
 	}
 	want := func(annotKey, capName string) {
 		if !n.Capabilities[capName] {
@@ -101,30 +111,31 @@ func applyRequests(att *Attachment, n *Network, sel NetworkSelection) ([]string,
 				annotKey, strings.Join(n.Types, ", "), capName))
 		}
 	}
-	if len(sel.PortMappings) > 0 {
-		if err := need("portMappings", CapPortMappings); err != nil {
-			return nil, err
-		}
-		rc[CapPortMappings] = append([]PortMapping(nil), sel.PortMappings...)
+	requests := []struct {
+		asked             bool
+		annotKey, capName string
+		value             func() any
+	}{
+		{len(sel.PortMappings) > 0, "portMappings", CapPortMappings, func() any { return append([]PortMapping(nil), sel.PortMappings...) }},
+		{sel.Bandwidth != nil, "bandwidth", CapBandwidth, func() any { bw := *sel.Bandwidth; return &bw }},
+		{sel.InfinibandGUID != "", "infiniband-guid", CapInfinibandGUID, func() any { return sel.InfinibandGUID }},
+		{sel.DeviceID != "", "deviceID", CapDeviceID, func() any { return sel.DeviceID }},
 	}
-	if sel.Bandwidth != nil {
-		if err := need("bandwidth", CapBandwidth); err != nil {
+	for _, r := range requests {
+		if !r.asked {
+			continue
+		}
+		ok, err := need(r.annotKey, r.capName)
+		if err != nil {
 			return nil, err
 		}
-		bw := *sel.Bandwidth
-		rc[CapBandwidth] = &bw
+		if ok {
+			rc[r.capName] = r.value()
+		}
 	}
-	if sel.InfinibandGUID != "" {
-		if err := need("infiniband-guid", CapInfinibandGUID); err != nil {
-			return nil, err
-		}
-		rc[CapInfinibandGUID] = sel.InfinibandGUID
-	}
-	if sel.DeviceID != "" {
-		if err := need("deviceID", CapDeviceID); err != nil {
-			return nil, err
-		}
-		rc[CapDeviceID] = sel.DeviceID
+	if _, ok := rc[CapDeviceID]; ok {
+		// The device it names is the one the network gets (docs/devices.md).
+		att.DeviceID = sel.DeviceID
 	}
 	if len(sel.IPs) > 0 {
 		want("ips", CapIPs)
@@ -141,6 +152,21 @@ func applyRequests(att *Attachment, n *Network, sel NetworkSelection) ([]string,
 		att.RuntimeConfig = rc
 	}
 	return warnings, nil
+}
+
+// Unserved is a request of the networks annotation that an attachment was
+// made without: no plugin of its network declares the capability that would
+// carry it, and strictCapabilities is off.
+type Unserved struct {
+	Request    string   // the annotation's key: "portMappings", "infiniband-guid", …
+	Capability string   // the capability no plugin declares
+	Types      []string // the network's plugin types
+}
+
+// Message says what was left out and why, for a log line and an event.
+func (u Unserved) Message(network string) string {
+	return fmt.Sprintf("network %s: the annotation asks for %q, but no plugin of the network (%s) declares the %q capability; the network is attached without it (strictCapabilities refuses such a pod instead)",
+		network, u.Request, strings.Join(u.Types, ", "), u.Capability)
 }
 
 // mergeCNIArgs sets each of extra's keys in args.cni of every plugin of the

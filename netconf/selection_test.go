@@ -117,7 +117,8 @@ func TestAttachmentForSelectionErrors(t *testing.T) {
 		config string
 		parts  []string
 	}{
-		{"portMappings", NetworkSelection{Name: "br", Namespace: "ns", PortMappings: []PortMapping{{HostPort: 1, ContainerPort: 1}}}, bridge, []string{"ns/br", `"portMappings"`, "bridge"}},
+		// With strictCapabilities; TestCapabilityLeftOut is the default.
+		{"portMappings", NetworkSelection{Name: "br", Namespace: "ns", PortMappings: []PortMapping{{HostPort: 1, ContainerPort: 1}}}, bridge, []string{"ns/br", `"portMappings"`, "bridge", "strictCapabilities"}},
 		{"bandwidth", NetworkSelection{Name: "br", Namespace: "ns", Bandwidth: &Bandwidth{}}, bridge, []string{"ns/br", `"bandwidth"`}},
 		{"guid", NetworkSelection{Name: "br", Namespace: "ns", InfinibandGUID: "c2:11:22:33:44:55:66:77"}, bridge, []string{"ns/br", `"infiniband-guid"`, `"infinibandGUID"`}},
 		{"deviceID", NetworkSelection{Name: "br", Namespace: "ns", DeviceID: "0000:04:00.5"}, bridge, []string{"ns/br", `"deviceID"`}},
@@ -132,12 +133,52 @@ func TestAttachmentForSelectionErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			att, _, err := AttachmentForSelection(tt.sel, tt.config, &Config{ConfDir: t.TempDir()})
+			att, _, err := AttachmentForSelection(tt.sel, tt.config, &Config{ConfDir: t.TempDir(), StrictCapabilities: true})
 			if err == nil {
 				t.Fatalf("got %+v, want an error", att)
 			}
 			wantCode7(t, err, tt.parts...)
 		})
+	}
+}
+
+// TestCapabilityLeftOut: by default, a request whose capability no plugin of
+// the network declares is left out of the runtime config (a deviceID does
+// not pin the device either), and named in Unserved; the network is still
+// attached, with the requests it can carry.
+func TestCapabilityLeftOut(t *testing.T) {
+	bridge := `{"cniVersion":"1.0.0","name":"br","plugins":[{"type":"bridge","capabilities":{"ips":true}},{"type":"tuning"}]}`
+	sel := NetworkSelection{Name: "br", Namespace: "ns", IPs: []string{"10.0.0.1/24"},
+		PortMappings: []PortMapping{{HostPort: 1, ContainerPort: 1, Protocol: "tcp"}}, Bandwidth: &Bandwidth{IngressRate: 1},
+		InfinibandGUID: "c2:11:22:33:44:55:66:77", DeviceID: "0000:04:00.5"}
+	att, _, err := AttachmentForSelection(sel, bridge, &Config{})
+	if err != nil {
+		t.Fatalf("attachment refused: %v", err)
+	}
+	rc, _ := json.Marshal(att.RuntimeConfig)
+	if want := `{"ips":["10.0.0.1/24"]}`; string(rc) != want {
+		t.Errorf("runtime config %s, want %s: the undeclared requests are left out", rc, want)
+	}
+	if att.DeviceID != "" {
+		t.Errorf("DeviceID %q: a deviceID left out does not choose the device", att.DeviceID)
+	}
+	var got []string
+	for _, u := range att.Unserved {
+		got = append(got, u.Request+"/"+u.Capability)
+		msg := u.Message("ns/br (net1)")
+		for _, part := range []string{"ns/br (net1)", `"` + u.Request + `"`, `"` + u.Capability + `"`, "bridge, tuning"} {
+			if !strings.Contains(msg, part) {
+				t.Errorf("message %q does not name %q", msg, part)
+			}
+		}
+	}
+	want := []string{"portMappings/portMappings", "bandwidth/bandwidth", "infiniband-guid/infinibandGUID", "deviceID/deviceID"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("unserved %v, want %v", got, want)
+	}
+	// Unserved is not part of the record.
+	if b, _ := json.Marshal(att); strings.Contains(string(b), "infiniband-guid") {
+		t.Errorf("record form %s holds Unserved", b)
 	}
 }
 
