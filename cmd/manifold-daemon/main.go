@@ -7,12 +7,16 @@
 //
 // `manifold-daemon pod-devices ...` answers one query for a pod's devices,
 // which the thin plugin runs for a pod that draws one (docs/devices.md).
+//
+// `manifold-daemon validate ...` (`manifold validate`) checks manifests
+// offline, as ADD would (docs/validation.md).
 package main
 
 import (
 	"os"
 	"runtime"
 
+	"github.com/manifold-cni/manifold/admission"
 	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/podresources"
 )
@@ -25,6 +29,9 @@ func init() {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "pod-devices" {
 		os.Exit(podresources.RunQuery(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "validate" {
+		os.Exit(admission.RunValidate(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(daemon.Run(os.Args[1:]))
 }

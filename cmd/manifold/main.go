@@ -25,9 +25,16 @@ func init() {
 
 func main() {
 	// The runtime runs a CNI plugin with no arguments; "manifold daemon"
-	// is thick mode's node daemon, a binary of its own beside this one.
-	if len(os.Args) > 1 && os.Args[1] == "daemon" {
-		os.Exit(runDaemon(os.Args[2:]))
+	// is thick mode's node daemon, a binary of its own beside this one, and
+	// "manifold validate" and "manifold webhook" are its subcommands
+	// (docs/validation.md), which need what the plugin does not link.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "daemon":
+			os.Exit(runDaemon(os.Args[2:]))
+		case "validate", "webhook":
+			os.Exit(runDaemon(os.Args[1:]))
+		}
 	}
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())
