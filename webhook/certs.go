@@ -98,7 +98,9 @@ func newLeaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now 
 	return pemOf("CERTIFICATE", der), pemOf("EC PRIVATE KEY", kder), nil
 }
 
-func pemOf(typ string, der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}) }
+func pemOf(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
 
 func bundlePEM(cs []*x509.Certificate) []byte {
 	var b bytes.Buffer
