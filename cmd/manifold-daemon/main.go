@@ -9,7 +9,8 @@
 // which the thin plugin runs for a pod that draws one (docs/devices.md).
 //
 // `manifold-daemon validate ...` (`manifold validate`) checks manifests
-// offline, as ADD would (docs/validation.md).
+// offline, as ADD would, and `manifold-daemon webhook ...` (`manifold
+// webhook`) is the validating admission webhook (docs/validation.md).
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/manifold-cni/manifold/admission"
 	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/podresources"
+	"github.com/manifold-cni/manifold/webhook"
 )
 
 func init() {
@@ -32,6 +34,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "validate" {
 		os.Exit(admission.RunValidate(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "webhook" {
+		os.Exit(webhook.Run(os.Args[2:], os.Stderr))
 	}
 	os.Exit(daemon.Run(os.Args[1:]))
 }
