@@ -69,7 +69,7 @@ func reviewAt(t *testing.T, now time.Time, url string, bundle []byte, op admissi
 	// same with the test's.
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, VerifyPeerCertificate: verify}}, Timeout: 10 * time.Second}
 	ar := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: "u-1", Operation: op, Namespace: ns, }}
+		Request: &admissionv1.AdmissionRequest{UID: "u-1", Operation: op, Namespace: ns}}
 	if obj != "" {
 		ar.Request.Object = runtime.RawExtension{Raw: []byte(obj)}
 	}
