@@ -168,8 +168,10 @@ type Lifetimes struct {
 	RenewFraction float64
 }
 
-func (l Lifetimes) due(c *x509.Certificate, now time.Time) bool {
-	life := c.NotAfter.Sub(c.NotBefore)
+// due reports whether c, made with lifetime life, is to be replaced at now.
+// The lifetime is the configured one, not NotAfter-NotBefore, which holds
+// the hour NotBefore is set back by for clocks that lag.
+func (l Lifetimes) due(c *x509.Certificate, life time.Duration, now time.Time) bool {
 	return now.Add(time.Duration(float64(life) * l.RenewFraction)).After(c.NotAfter)
 }
 
@@ -183,7 +185,7 @@ func next(cur *certs, hosts []string, now time.Time, l Lifetimes) (data map[stri
 	var ca *x509.Certificate
 	var caKey *ecdsa.PrivateKey
 	newCAMade := false
-	if cur != nil && !l.due(cur.ca, now) {
+	if cur != nil && !l.due(cur.ca, l.CA, now) {
 		ca, caKey = cur.ca, cur.caKey
 	} else {
 		if ca, caKey, err = newCA(now, l.CA); err != nil {
@@ -199,7 +201,7 @@ func next(cur *certs, hosts []string, now time.Time, l Lifetimes) (data map[stri
 			}
 		}
 	}
-	leafOK := cur != nil && !l.due(cur.leaf, now) && coversHosts(cur.leaf, hosts) && ca.Equal(issuerOf(cur))
+	leafOK := cur != nil && !l.due(cur.leaf, l.Leaf, now) && coversHosts(cur.leaf, hosts) && ca.Equal(issuerOf(cur))
 	keepOldLeaf := cur != nil && newCAMade && now.Before(cur.leaf.NotAfter) && containsCert(bundle, issuerOf(cur))
 	if !newCAMade && leafOK && len(bundle) == len(cur.bundle) {
 		return nil, false, nil

@@ -111,3 +111,22 @@ func mustKey(t *testing.T, c *certs) []byte {
 	}
 	return pemOf("EC PRIVATE KEY", der)
 }
+
+// TestShortLifetimes: a certificate is due by its configured lifetime, not
+// by NotAfter-NotBefore, which includes the hour NotBefore is set back by.
+// Before, a 10-second certificate was due the moment it was made.
+func TestShortLifetimes(t *testing.T) {
+	l := Lifetimes{CA: 40 * time.Second, Leaf: 10 * time.Second, RenewFraction: 0.5}
+	now := time.Now()
+	data, _, err := next(nil, []string{"127.0.0.1"}, now, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := servable(t, "made", data, []string{"127.0.0.1"}, now)
+	if _, changed, _ := next(c, []string{"127.0.0.1"}, now.Add(time.Second), l); changed {
+		t.Error("a one-second-old certificate of ten seconds was replaced")
+	}
+	if _, changed, _ := next(c, []string{"127.0.0.1"}, now.Add(6*time.Second), l); !changed {
+		t.Error("a certificate with four of ten seconds left was kept")
+	}
+}
