@@ -55,7 +55,10 @@ func Handler(opts admission.Options) http.Handler {
 
 // Review decides one request: allowed unless the object breaks one of
 // ADD's rules; a denial lists the problems (object, field, value, rule).
-// Deletions, and objects the checks do not read, are allowed.
+// Deletions, and objects the checks do not read, are allowed. An update is
+// refused only for a problem the old object did not have: an object that
+// was admitted while the webhook was down must stay updatable, or a
+// controller could not even remove its finalizers.
 func Review(req *admissionv1.AdmissionRequest, opts admission.Options) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	if req.Operation == admissionv1.Delete || len(req.Object.Raw) == 0 {
@@ -67,6 +70,9 @@ func Review(req *admissionv1.AdmissionRequest, opts admission.Options) *admissio
 		// is an object. Refusing here would block writes for a bug of ours.
 		resp.Warnings = []string{"manifold could not check the object: " + err.Error()}
 		return resp
+	}
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		problems = newProblems(problems, req, opts)
 	}
 	if len(problems) == 0 {
 		return resp
@@ -88,4 +94,24 @@ func denial(ps []admission.Problem) string {
 		lines = append(lines, p.String())
 	}
 	return "manifold: the pod's networks would fail at ADD (CNI code 7): " + strings.Join(lines, "; ")
+}
+
+// newProblems is the problems of the request's object that its old object
+// did not have (the same field and value breaking the same rule).
+func newProblems(ps []admission.Problem, req *admissionv1.AdmissionRequest, opts admission.Options) []admission.Problem {
+	old, err := admission.CheckObject(req.OldObject.Raw, req.Namespace, opts)
+	if err != nil {
+		return ps
+	}
+	had := map[admission.Problem]bool{}
+	for _, p := range old {
+		had[p] = true
+	}
+	var out []admission.Problem
+	for _, p := range ps {
+		if !had[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
