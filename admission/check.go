@@ -128,7 +128,8 @@ func CheckPodAnnotations(object, prefix, namespace string, annotations map[strin
 	}
 	if err := req.CheckIfNames(netconf.RuntimeIfName); err != nil {
 		k := netconf.AnnotNetworks
-		if strings.Contains(rule(err), "default network") && req.Override != nil {
+		// AssignIfNames's only complaint about position 0, the override.
+		if strings.Contains(rule(err), "the default network always gets CNI_IFNAME") {
 			k = netconf.AnnotDefaultNetwork
 		}
 		out = append(out, Problem{Object: object, Field: field(k), Value: cut(annotations[k]), Rule: rule(err)})

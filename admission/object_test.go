@@ -67,3 +67,18 @@ func TestAllowedPluginTypesApply(t *testing.T) {
 		t.Errorf("problems %+v, want macvlan refused by allowedPluginTypes", ps)
 	}
 }
+
+func TestInterfaceProblemsNameTheirAnnotation(t *testing.T) {
+	for _, tc := range []struct {
+		annotations map[string]string
+		field       string
+	}{
+		{map[string]string{"v1.multus-cni.io/default-network": "ovn@eth1", "k8s.v1.cni.cncf.io/networks": "a@net1"}, "v1.multus-cni.io/default-network"},
+		{map[string]string{"v1.multus-cni.io/default-network": "ovn", "k8s.v1.cni.cncf.io/networks": "a@eth0"}, "k8s.v1.cni.cncf.io/networks"},
+	} {
+		ps := CheckPodAnnotations("Pod ns/p", "metadata.annotations", "ns", tc.annotations, Options{})
+		if len(ps) != 1 || ps[0].Field != "metadata.annotations["+tc.field+"]" {
+			t.Errorf("%v: problems %+v, want one on %s", tc.annotations, ps, tc.field)
+		}
+	}
+}
