@@ -3,7 +3,10 @@ package netconf
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 // AnnotResourceName names a NAD's device-plugin resource ("intel.com/sriov"),
@@ -81,7 +84,8 @@ func checkResourceName(v string) error {
 }
 
 // NetworkOfNAD is ADD's reading of a NAD's spec.config: parsed as a conf or
-// a conflist, and held to the rules for networks from a NAD
+// a conflist, in a cniVersion manifold supports, and held to the rules for
+// networks from a NAD
 // (CheckPluginTypes with allowed). An empty spec.config is looked up by the
 // NAD's name in confDir. nad is "namespace/name"; every error is a CNI error
 // with code 7 that names it.
@@ -89,6 +93,11 @@ func NetworkOfNAD(nad, name, config, confDir string, allowed []string) (*Network
 	n, err := networkForNAD(nad, name, config, confDir)
 	if err != nil {
 		return nil, err
+	}
+	// libcni reads a delegate's result only in these versions: a network in
+	// another fails at its first delegate, after a half-done ADD.
+	if !slices.Contains(version.All.SupportedVersions(), n.CNIVersion) {
+		return nil, Invalid("network %s: cniVersion %q is not one manifold supports (%s)", nad, truncate(n.CNIVersion, 32), strings.Join(version.All.SupportedVersions(), ", "))
 	}
 	if err := CheckPluginTypes(nad, n, allowed); err != nil {
 		return nil, err
