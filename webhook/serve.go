@@ -126,12 +126,17 @@ func Mux(opts admission.Options, ready func() bool) *http.ServeMux {
 
 // Serve serves Mux over TLS on ln with the certificate getCert gives (read
 // at each handshake, so that a rotation needs no restart) until ctx ends,
-// then lets the requests in flight finish.
-func Serve(ctx context.Context, ln net.Listener, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), ready func() bool, opts admission.Options) error {
+// then lets the requests in flight finish. Each of tweaks is applied to the
+// server first (tests turn keep-alives off, so that every request makes a
+// handshake).
+func Serve(ctx context.Context, ln net.Listener, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), ready func() bool, opts admission.Options, tweaks ...func(*http.Server)) error {
 	srv := &http.Server{
 		Handler:           Mux(opts, ready),
 		TLSConfig:         &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
+	}
+	for _, tweak := range tweaks {
+		tweak(srv)
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(ln, "", "") }()
