@@ -7,14 +7,17 @@ package e2e
 // its certificates rotate under load with no request lost.
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,13 +43,11 @@ type webhookUnderTest struct {
 	done   chan error
 }
 
-// startWebhook creates a namespace for the test, the webhook's Secret
-// namespace's certificates and a ValidatingWebhookConfiguration (by URL on
-// 127.0.0.1, for the test's namespace only, fail-open), and serves the
-// webhook with the certificate lifetimes in l, rounds every interval.
-func startWebhook(t *testing.T, l webhook.Lifetimes, interval time.Duration) *webhookUnderTest {
+// webhookNamespace creates a namespace for the test and a
+// ValidatingWebhookConfiguration of the same name that sends its NADs, pods
+// and Deployments to url, fail-open, and returns the name.
+func webhookNamespace(t *testing.T, cp *controlplane.ControlPlane, url string) string {
 	t.Helper()
-	cp := controlPlane(t)
 	k8s := cp.Clientset()
 	ctx := context.Background()
 	ns := testenv.UniqueName("e2e-webhook-")
@@ -54,12 +55,6 @@ func startWebhook(t *testing.T, l webhook.Lifetimes, interval time.Duration) *we
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "https://" + ln.Addr().String() + "/validate"
 	ignore, none, timeout := admregv1.Ignore, admregv1.SideEffectClassNone, int32(3)
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
 	rule := func(group, version string, resources ...string) admregv1.RuleWithOperations {
@@ -82,6 +77,24 @@ func startWebhook(t *testing.T, l webhook.Lifetimes, interval time.Duration) *we
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = vwcs.Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+
+	return ns
+}
+
+// startWebhook creates a namespace and a ValidatingWebhookConfiguration for
+// the test (webhookNamespace), and serves the webhook in this process on
+// 127.0.0.1, its certificates made with the lifetimes in l and checked every
+// interval.
+func startWebhook(t *testing.T, l webhook.Lifetimes, interval time.Duration) *webhookUnderTest {
+	t.Helper()
+	cp := controlPlane(t)
+	k8s := cp.Clientset()
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := webhookNamespace(t, cp, "https://"+ln.Addr().String()+"/validate")
 
 	k := &webhook.Keeper{Client: k8s, Namespace: ns, SecretName: "manifold-webhook-certs", WebhookConfig: ns,
 		Hosts: []string{"127.0.0.1"}, Lifetimes: l, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -280,5 +293,55 @@ func TestWebhookRotationUnderLoad(t *testing.T) {
 	t.Logf("%d refusals, %d admitted through %d CAs", refused.Load(), admitted.Load(), len(cas))
 	if admitted.Load() != 0 || refused.Load() < 10 {
 		t.Errorf("%d bad NADs were admitted (webhook calls lost) and %d refused", admitted.Load(), refused.Load())
+	}
+}
+
+// TestWebhookBinary runs `manifold webhook` (manifold-daemon webhook) as a
+// process, as the Deployment does: it makes its Secret, publishes its
+// caBundle, refuses a bad NAD, and stops cleanly on SIGTERM.
+func TestWebhookBinary(t *testing.T) {
+	cp := controlPlane(t)
+	bin := testenv.Manifold(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ns := webhookNamespace(t, cp, "https://"+addr+"/validate")
+	cmd := exec.Command(bin, "webhook", "--listen="+addr, "--kubeconfig="+cp.KubeconfigPath, "--namespace="+ns,
+		"--webhook-config="+ns, "--hosts=127.0.0.1", "--check-interval=2s")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("webhook log:\n%s", logs.String())
+		}
+	})
+	w := &webhookUnderTest{cp: cp, ns: ns}
+	w.waitServing(t)
+	s, err := cp.Clientset().CoreV1().Secrets(ns).Get(context.Background(), "manifold-webhook-certs", metav1.GetOptions{})
+	if err != nil || len(s.Data["ca.crt"]) == 0 || len(s.Data["tls.key"]) == 0 {
+		t.Errorf("the certificates' Secret: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the webhook exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the webhook did not stop within 30s of SIGTERM")
 	}
 }
