@@ -240,25 +240,12 @@ func (p *Plugin) networksFor(ctx context.Context, c *call, pc *podContext) ([]ne
 	return atts, nil
 }
 
-// podRequest is what the pod's annotations ask for, parsed once: the
-// default-network override (nil: none) and the networks, each with the error
-// that stopped its parse.
-type podRequest struct {
-	override    *netconf.NetworkSelection
-	overrideErr error
-	networks    []netconf.NetworkSelection
-	networksErr error
-}
+// podRequest is what the pod's annotations ask for, parsed once, as the
+// admission webhook parses them too (netconf.ParsePodRequest).
+type podRequest = netconf.PodRequest
 
 func parsePodRequest(conf *netconf.Config, pod *k8sclient.Pod) podRequest {
-	var r podRequest
-	if v := strings.TrimSpace(pod.Annotations[annotDefaultNetwork]); v != "" {
-		r.override, r.overrideErr = netconf.ParseDefaultNetworkAnnotation(v, conf.MultusNamespace)
-	}
-	if v := pod.Annotations[annotNetworks]; strings.TrimSpace(v) != "" {
-		r.networks, r.networksErr = netconf.ParseNetworksAnnotation(v, pod.Namespace)
-	}
-	return r
+	return netconf.ParsePodRequest(pod.Annotations, pod.Namespace, conf.MultusNamespace)
 }
 
 // podNetworks applies the pod's annotations: the default-network override, then
@@ -268,10 +255,10 @@ func parsePodRequest(conf *netconf.Config, pod *k8sclient.Pod) podRequest {
 // is, since its delegate runs first.
 func (p *Plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *podRequest, atts *[]netconf.Attachment) error {
 	pod, nads := pc.pod, pc.nads
-	if req.overrideErr != nil {
-		return req.overrideErr
+	if req.OverrideErr != nil {
+		return req.OverrideErr
 	}
-	if sel := req.override; sel != nil {
+	if sel := req.Override; sel != nil {
 		if err := checkIsolation(c.conf, pod.Namespace, sel, true); err != nil {
 			return err
 		}
@@ -281,10 +268,10 @@ func (p *Plugin) podNetworks(ctx context.Context, c *call, pc *podContext, req *
 		}
 		(*atts)[0] = att
 	}
-	if req.networksErr != nil {
-		return req.networksErr
+	if req.NetworksErr != nil {
+		return req.NetworksErr
 	}
-	for _, sel := range req.networks {
+	for _, sel := range req.Networks {
 		if err := checkIsolation(c.conf, pod.Namespace, &sel, false); err != nil {
 			return err
 		}

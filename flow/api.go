@@ -12,9 +12,9 @@ import (
 
 // Annotation keys (DESIGN §3, §4, §8).
 const (
-	annotNetworks       = "k8s.v1.cni.cncf.io/networks"
+	annotNetworks       = netconf.AnnotNetworks
 	annotNetworkStatus  = "k8s.v1.cni.cncf.io/network-status"
-	annotDefaultNetwork = "v1.multus-cni.io/default-network"
+	annotDefaultNetwork = netconf.AnnotDefaultNetwork
 	annotConfigSource   = "kubernetes.io/config.source"
 )
 

@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 
 	"github.com/manifold-cni/manifold/delegate"
@@ -95,57 +94,35 @@ func (c *nadCache) fetch(ctx context.Context, keys []nadKey) {
 }
 
 // nadDef is what manifold uses of a NAD: its spec.config, and what its
-// networks draw a device from: the device-plugin resource or DRA claim of
-// k8s.v1.cni.cncf.io/resourceName, the DRA claim of
-// netconf.AnnotResourceClaim, and the plugin keys of netconf.AnnotDeviceKeys
-// ("" for none). docs/devices.md.
+// networks draw a device from (netconf.NADDevices: the device-plugin resource
+// or DRA claim of k8s.v1.cni.cncf.io/resourceName, the DRA claim of
+// netconf.AnnotResourceClaim, the plugin keys of netconf.AnnotDeviceKeys).
+// docs/devices.md.
 type nadDef struct {
-	config     string
-	resource   string
-	claim      string
-	deviceKeys string
+	config string
+	netconf.NADDevices
 }
 
-// annotResourceName names a NAD's device-plugin resource, or in Multus's
-// form a DRA claim of the pod (docs/devices.md).
-const annotResourceName = "k8s.v1.cni.cncf.io/resourceName"
-
 func defOf(nad *k8sclient.NetworkAttachmentDefinition) nadDef {
-	a := nad.Metadata.Annotations
-	return nadDef{
-		config:     nad.Spec.Config,
-		resource:   strings.TrimSpace(a[annotResourceName]),
-		claim:      strings.TrimSpace(a[netconf.AnnotResourceClaim]),
-		deviceKeys: strings.TrimSpace(a[netconf.AnnotDeviceKeys]),
-	}
+	return nadDef{config: nad.Spec.Config, NADDevices: netconf.NADDevicesOf(nad.Metadata.Annotations)}
 }
 
 // drawsDevice reports whether the NAD's networks draw a device, from a
 // device plugin or from DRA.
-func (d nadDef) drawsDevice() bool { return d.resource != "" || d.claim != "" }
+func (d nadDef) drawsDevice() bool { return d.Resource != "" || d.Claim != "" }
 
 // size is what the daemon's memory counts of a definition.
-func (d nadDef) size() int { return len(d.config) + len(d.resource) + len(d.claim) + len(d.deviceKeys) }
+func (d nadDef) size() int { return len(d.config) + len(d.Resource) + len(d.Claim) + len(d.DeviceKeys) }
 
-// drawFrom sets on att what its NAD draws a device from. A DRA claim named
-// twice, or device keys that do not parse, fail the network with code 7.
+// drawFrom sets on att what its NAD draws a device from. Annotations that
+// netconf.NADDevices.Check refuses (a source named twice, a malformed
+// resource, claim or device keys) fail the network with code 7.
 func (d nadDef) drawFrom(att *netconf.Attachment) error {
-	att.Resource, att.ResourceClaim = d.resource, d.claim
-	if d.claim != "" && d.resource != "" {
-		return netconf.Invalid("network %s: its NAD has both %s %q and %s %q; name the device's source once", att.DisplayName(), annotResourceName, d.resource, netconf.AnnotResourceClaim, d.claim)
+	keys, err := d.Check(att.DisplayName())
+	if err != nil {
+		return err
 	}
-	if d.claim != "" {
-		if _, err := netconf.ParseClaimRef(d.claim); err != nil {
-			return netconf.Invalid("network %s: %v", att.DisplayName(), err)
-		}
-	}
-	if d.deviceKeys != "" {
-		keys, err := netconf.ParseDeviceKeys(d.deviceKeys)
-		if err != nil {
-			return netconf.Invalid("network %s: %v", att.DisplayName(), err)
-		}
-		att.DeviceKeys = keys
-	}
+	att.Resource, att.ResourceClaim, att.DeviceKeys = d.Resource, d.Claim, keys
 	return nil
 }
 
@@ -185,17 +162,17 @@ func (c *nadCache) prefetch(ctx context.Context, conf *netconf.Config, podNamesp
 // annotation that did not parse, or an override that namespaceIsolation
 // forbids, is left for podNetworks to report, and stops the prefetch there.
 func (c *nadCache) prefetchRequest(ctx context.Context, conf *netconf.Config, podNamespace string, req *podRequest) {
-	if c == nil || req.overrideErr != nil {
+	if c == nil || req.OverrideErr != nil {
 		return
 	}
-	if sel := req.override; sel != nil {
+	if sel := req.Override; sel != nil {
 		if checkIsolation(conf, podNamespace, sel, true) != nil {
 			return
 		}
 		c.start(ctx, []nadKey{{sel.Namespace, sel.Name}})
 	}
-	if req.networksErr == nil {
-		c.prefetch(ctx, conf, podNamespace, req.networks)
+	if req.NetworksErr == nil {
+		c.prefetch(ctx, conf, podNamespace, req.Networks)
 	}
 }
 

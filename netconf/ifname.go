@@ -66,9 +66,16 @@ func AssignIfNames(atts []Attachment, podIfName string) error {
 			return fmt.Errorf("network %s: %w", a.DisplayName(), err)
 		}
 		if prev, dup := taken[a.IfName]; dup {
-			return fmt.Errorf("network %s: interface name %q is already taken by network %s", a.DisplayName(), a.IfName, prev)
+			return fmt.Errorf("network %s: interface name %q is already taken by %s", a.DisplayName(), a.IfName, prev)
 		}
-		taken[a.IfName] = a.DisplayName()
+		// The default network is named by its role: which network it is
+		// depends on the node's config, and the message should read the same
+		// wherever it is checked (package admission).
+		if i == 0 {
+			taken[a.IfName] = "the default network (CNI_IFNAME)"
+		} else {
+			taken[a.IfName] = "network " + a.DisplayName()
+		}
 	}
 	return nil
 }

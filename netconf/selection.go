@@ -36,11 +36,8 @@ func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config
 	if err := sel.Validate(); err != nil {
 		return Attachment{}, nil, Invalid("network %s: invalid selection: %v", nad, err)
 	}
-	n, err := networkForNAD(nad, sel.Name, nadConfig, conf.ConfDir)
+	n, err := NetworkOfNAD(nad, sel.Name, nadConfig, conf.ConfDir, conf.AllowedPluginTypes)
 	if err != nil {
-		return Attachment{}, nil, err
-	}
-	if err := CheckPluginTypes(nad, n, conf.AllowedPluginTypes); err != nil {
 		return Attachment{}, nil, err
 	}
 	if len(sel.CNIArgs) > 0 {

@@ -7,14 +7,20 @@
 //
 // `manifold-daemon pod-devices ...` answers one query for a pod's devices,
 // which the thin plugin runs for a pod that draws one (docs/devices.md).
+//
+// `manifold-daemon validate ...` (`manifold validate`) checks manifests
+// offline, as ADD would, and `manifold-daemon webhook ...` (`manifold
+// webhook`) is the validating admission webhook (docs/validation.md).
 package main
 
 import (
 	"os"
 	"runtime"
 
+	"github.com/manifold-cni/manifold/admission"
 	"github.com/manifold-cni/manifold/daemon"
 	"github.com/manifold-cni/manifold/podresources"
+	"github.com/manifold-cni/manifold/webhook"
 )
 
 func init() {
@@ -25,6 +31,12 @@ func init() {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "pod-devices" {
 		os.Exit(podresources.RunQuery(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "validate" {
+		os.Exit(admission.RunValidate(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "webhook" {
+		os.Exit(webhook.Run(os.Args[2:], os.Stderr))
 	}
 	os.Exit(daemon.Run(os.Args[1:]))
 }

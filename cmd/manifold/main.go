@@ -25,9 +25,16 @@ func init() {
 
 func main() {
 	// The runtime runs a CNI plugin with no arguments; "manifold daemon"
-	// is thick mode's node daemon, a binary of its own beside this one.
-	if len(os.Args) > 1 && os.Args[1] == "daemon" {
-		os.Exit(runDaemon(os.Args[2:]))
+	// is thick mode's node daemon, a binary of its own beside this one, and
+	// "manifold validate" and "manifold webhook" are its subcommands
+	// (docs/validation.md), which need what the plugin does not link.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "daemon":
+			os.Exit(runDaemon(os.Args[2:]))
+		case "validate", "webhook":
+			os.Exit(runDaemon(os.Args[1:]))
+		}
 	}
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())
@@ -45,17 +52,18 @@ func refuseNested() int {
 	return 1
 }
 
-// runDaemon becomes manifold-daemon from this binary's directory, with the
-// same arguments: `manifold daemon` is how the DaemonSets and the docs start
-// the daemon. It returns only if that cannot be done.
+// runDaemon becomes manifold-daemon from this binary's directory, with
+// args: `manifold daemon` is how the DaemonSets and the docs start the
+// daemon. It returns only if that cannot be done.
 func runDaemon(args []string) int {
+	what := "manifold " + os.Args[1] + ": "
 	self, err := os.Executable()
 	if err != nil {
-		os.Stderr.WriteString("manifold daemon: find manifold-daemon: " + err.Error() + "\n")
+		os.Stderr.WriteString(what + "find manifold-daemon: " + err.Error() + "\n")
 		return 1
 	}
 	bin := filepath.Join(filepath.Dir(self), "manifold-daemon")
 	err = syscall.Exec(bin, append([]string{bin}, args...), os.Environ())
-	os.Stderr.WriteString("manifold daemon: run " + bin + ": " + err.Error() + "\n")
+	os.Stderr.WriteString(what + "run " + bin + ": " + err.Error() + "\n")
 	return 1
 }
