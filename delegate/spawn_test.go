@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -198,4 +199,22 @@ func TestKillAll(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Error("the killed plugin's call succeeded")
 	}
+}
+
+// BenchmarkStart compares a delegate's start through the spawner threads
+// (its own process group, the parent death signal) with a plain start from
+// the calling goroutine, each followed by the wait for its exit.
+func BenchmarkStart(b *testing.B) {
+	run := func(b *testing.B, start func(*exec.Cmd) error) {
+		for b.Loop() {
+			cmd := exec.Command("/bin/true")
+			if err := start(cmd); err != nil {
+				b.Fatal(err)
+			}
+			cmd.Wait()
+			groups.done(cmd.Process.Pid)
+		}
+	}
+	b.Run("spawner", func(b *testing.B) { run(b, spawn) })
+	b.Run("direct", func(b *testing.B) { run(b, (*exec.Cmd).Start) })
 }
