@@ -76,7 +76,10 @@ func (c *CRI) RunImage(ctx context.Context, sandboxID string, sb *runtimeapi.Pod
 		Command: command,
 		Args:    args,
 		LogPath: name + ".log",
-		Linux:   &runtimeapi.LinuxContainerConfig{},
+		// The sandbox's namespace modes, as the kubelet gives them.
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: sb.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		}},
 	}
 	created, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sb})
 	if err != nil {

@@ -465,3 +465,17 @@ func (c *CRIO) Reboot() {
 	os.MkdirAll(filepath.Join(c.Dir, "exits"), 0o755)
 	os.MkdirAll(filepath.Join(c.Dir, "ns"), 0o755)
 }
+
+// SandboxConfig is CRI.SandboxConfig with a PID namespace per container, as
+// the kubelet asks for a pod by default: CRI-O then runs no infra container
+// (drop_infra_ctr, its default), and the pod's network namespace is held by
+// pinns alone. With a pod-wide PID namespace, CRI-O runs pause as the
+// namespace's PID 1 and stops it with SIGTERM; here that stop often waited
+// until the call's deadline (2 minutes) for a pause that had not exited.
+func (c *CRIO) SandboxConfig(namespace, name, uid string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
+	cfg := c.CRI.SandboxConfig(namespace, name, uid, annotations)
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{
+		NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+	}
+	return cfg
+}
