@@ -231,7 +231,10 @@ enable_nri = false
 // needs CAP_SYS_RESOURCE, which this sandbox lacks, so runc fails with
 // "nsexec: failed to update /proc/self/oom_score_adj: Permission denied".
 // The wrapper drops process.oomScoreAdj from the bundle's config.json
-// before it runs runc. A real node runs runc itself.
+// before it runs runc. A real node runs runc itself. The tier's own
+// sandboxes (SandboxConfig) get no infra container and pass without it
+// (checked: TestRuntimeThin/crio's static and traffic cases with runc as
+// runtime_path); a pod with a pod-wide PID namespace needs it.
 func runcWrapper() string {
 	return `#!/bin/sh
 # TEST-ONLY (e2e/crinode): drops process.oomScoreAdj from the OCI bundle,
