@@ -22,9 +22,10 @@ TOOL_ENV = MANIFOLD_BIN=$(CURDIR)/bin/manifold \
 	MANIFOLD_KUBE_CONTROLLER_MANAGER=$$(bash hack/build-control-plane.sh | sed -n 4p) \
 	MANIFOLD_KUBECTL=$$(bash hack/build-control-plane.sh | sed -n 5p) \
 	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
-	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p)
+	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p) \
+	MANIFOLD_CRIO_DIR=$$(bash hack/build-crio.sh)
 
-.PHONY: all build image tools plugins control-plane node test unit fuzz demo bench bench-compare lint clean
+.PHONY: all build image tools plugins control-plane node crio test unit fuzz demo bench bench-compare lint clean
 
 all: build
 
@@ -41,9 +42,9 @@ build:
 image:
 	$(GO) run ./cmd/manifold-image -version '$(VERSION)' -ref '$(IMAGE)' -out bin/manifold-image.tar
 
-# The test plugins, the control plane and the node (containerd, the kubelet),
-# built from Go modules into $(CACHE).
-tools: plugins control-plane node
+# The test plugins, the control plane and the nodes (containerd, the kubelet;
+# CRI-O with pinns), built from Go modules into $(CACHE).
+tools: plugins control-plane node crio
 
 plugins:
 	@bash hack/build-plugins.sh >/dev/null
@@ -53,6 +54,9 @@ control-plane:
 
 node:
 	@bash hack/build-node.sh >/dev/null
+
+crio:
+	@bash hack/build-crio.sh >/dev/null
 
 # Every tier: unit, privileged (real netns and plugins), e2e (real
 # kube-apiserver and etcd) with its runtime tier and real node (containerd,

@@ -147,12 +147,12 @@ func (n *kubeNode) waitPods(selector, what string, done func([]corev1.Pod) bool)
 // has mounted read-only at serviceAccountDir, as containerd reports it.
 func (n *kubeNode) mountedServiceAccount(p *corev1.Pod) string {
 	n.t.Helper()
-	list, err := n.node.Runtime.ListContainers(n.ctx(), &runtimeapi.ListContainersRequest{
+	list, err := n.node.CRIClient().Runtime.ListContainers(n.ctx(), &runtimeapi.ListContainersRequest{
 		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(p.UID)}}})
 	if err != nil || len(list.Containers) != 1 {
 		n.t.Fatalf("containers of pod %s: %v (%d found, want 1)", p.Name, err, len(list.GetContainers()))
 	}
-	st, err := n.node.Runtime.ContainerStatus(n.ctx(), &runtimeapi.ContainerStatusRequest{ContainerId: list.Containers[0].Id})
+	st, err := n.node.CRIClient().Runtime.ContainerStatus(n.ctx(), &runtimeapi.ContainerStatusRequest{ContainerId: list.Containers[0].Id})
 	if err != nil {
 		n.t.Fatalf("status of container %s: %v", list.Containers[0].Id, err)
 	}

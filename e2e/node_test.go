@@ -47,12 +47,12 @@ func newKubeNode(t *testing.T, daemon bool) *kubeNode {
 		}
 		t.Skip("no kubelet (MANIFOLD_KUBELET is unset)")
 	}
-	n := &kubeNode{criEnv: newCRIEnv(t, daemon, clusterPlane(t)), name: testenv.UniqueName("node-")}
+	n := &kubeNode{criEnv: newCRIEnv(t, containerdKind, daemon, clusterPlane(t)), name: testenv.UniqueName("node-")}
 	// The cluster tier (e2e/cluster), a test binary of its own, may hold the
 	// machine's one kubelet for its whole run: wait for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	k, err := crinode.StartKubelet(ctx, bins, n.node, n.cp.KubeconfigPath, n.name, nil)
+	k, err := crinode.StartKubelet(ctx, bins, n.node.(*crinode.Containerd), n.cp.KubeconfigPath, n.name, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func (n *kubeNode) waitEmpty() {
 // sandboxOf is the ID of the pod's sandbox in containerd.
 func (n *kubeNode) sandboxOf(p *corev1.Pod) string {
 	n.t.Helper()
-	list, err := n.node.Runtime.ListPodSandbox(n.ctx(), &runtimeapi.ListPodSandboxRequest{
+	list, err := n.node.CRIClient().Runtime.ListPodSandbox(n.ctx(), &runtimeapi.ListPodSandboxRequest{
 		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(p.UID)}}})
 	if err != nil || len(list.Items) == 0 {
 		n.t.Fatalf("sandbox of pod %s: %v (%d found)", p.Name, err, len(list.GetItems()))

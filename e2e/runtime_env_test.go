@@ -1,18 +1,21 @@
 package e2e
 
-// The runtime tier's node (issue 23): a throwaway containerd 2.x with runc
-// (e2e/crinode) whose CRI plugin calls manifold, in thin mode (manifold in the
-// CNI bin dir) or daemon mode (manifold-shim and `manifold daemon`), driven
-// over the CRI gRPC API as the kubelet drives it. manifold's config is the
+// The runtime tier's node (issues 23 and 35): a throwaway containerd 2.x or
+// CRI-O 1.35, both with runc (e2e/crinode), whose CNI calls manifold, in thin
+// mode (manifold in the CNI bin dir) or daemon mode (manifold-shim and
+// `manifold daemon`), driven over the CRI gRPC API as the kubelet drives it. manifold's config is the
 // env's (the shared API server, the bridge default network) plus a static
 // second network (net1) and a readiness file.
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,13 +31,23 @@ import (
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-// criEnv is an env whose runtime is a real containerd.
+// The runtimes of the tier: crinode.Node's kinds.
+const (
+	containerdKind = "containerd"
+	crioKind       = "crio"
+)
+
+// criEnv is an env whose runtime is a real containerd or CRI-O.
 type criEnv struct {
 	*env
+	kind       string
 	daemonMode bool
-	node       *crinode.Containerd
-	// plugin is manifold's plugin config as written to the CRI conf dir.
+	node       crinode.Node
+	// plugin is manifold's plugin config as written to the CRI conf dir;
+	// confList is that whole conflist, binDir the runtime's CNI bin dir.
 	plugin    map[string]any
+	confList  []byte
+	binDir    string
 	readyFile string
 	net1      subnet
 	net1Br    string
@@ -58,13 +71,56 @@ func nodeBinaries(t *testing.T) crinode.Binaries {
 	return bins
 }
 
-// newCRIEnv makes the node on the control plane cp.
-func newCRIEnv(t *testing.T, daemonMode bool, cp *controlplane.ControlPlane) *criEnv {
+// crioBinaries returns CRI-O's programs, skipping the test as nodeBinaries
+// does.
+func crioBinaries(t *testing.T) crinode.CRIOBinaries {
 	t.Helper()
-	bins := nodeBinaries(t)
-	e := &criEnv{env: newEnvOn(t, cp), daemonMode: daemonMode, net1: nextSubnet(), net1Br: testenv.UniqueName("mfcri")}
+	testenv.RequirePrivileged(t)
+	bins, err := crinode.FindCRIO()
+	if err != nil {
+		if errors.Is(err, crinode.ErrBinariesUnavailable) && os.Getenv("MANIFOLD_REQUIRE_PRIVILEGED") != "1" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	return bins
+}
+
+// newCRIEnv makes the node, of runtime kind (containerdKind or crioKind),
+// on the control plane cp.
+func newCRIEnv(t *testing.T, kind string, daemonMode bool, cp *controlplane.ControlPlane) *criEnv {
+	t.Helper()
+	var start func(context.Context, crinode.Options) (crinode.Node, error)
+	switch kind {
+	case containerdKind:
+		bins := nodeBinaries(t)
+		start = func(ctx context.Context, o crinode.Options) (crinode.Node, error) { return crinode.Start(ctx, bins, o) }
+	case crioKind:
+		bins := crioBinaries(t)
+		start = func(ctx context.Context, o crinode.Options) (crinode.Node, error) {
+			return crinode.StartCRIO(ctx, bins, o)
+		}
+	default:
+		t.Fatalf("no runtime %q", kind)
+	}
+	e := &criEnv{env: newEnvOn(t, cp), kind: kind, daemonMode: daemonMode, net1: nextSubnet(), net1Br: testenv.UniqueName("mfcri")}
 	tmp := t.TempDir()
 	t.Cleanup(func() { testenv.DeleteLink(e.net1Br) })
+	if kind == crioKind {
+		// CRI-O CHECKs each sandbox right after its ADD and fails it when
+		// the CHECK fails. The bridge plugin's CHECK compares the bridge's
+		// MAC with the one in its ADD result, and the kernel moves a bridge's
+		// MAC to its lowest port's until one is set: with sandboxes made at
+		// once, net1's CHECKs failed with "Bridge interface ... Mac doesn't
+		// match". The bridge is made here with its own MAC, as a node's
+		// bridge that must pass CHECK needs (docs/runtimes.md).
+		mac := make([]byte, 6)
+		rand.Read(mac)
+		mac[0] = 0x02
+		if out, err := exec.Command("ip", "link", "add", e.net1Br, "address", net.HardwareAddr(mac).String(), "type", "bridge").CombinedOutput(); err != nil {
+			t.Fatalf("ip link add %s: %v: %s", e.net1Br, err, out)
+		}
+	}
 	net1Path := filepath.Join(tmp, "net1.conflist")
 	e.writeFile(net1Path, fmt.Sprintf(`{"cniVersion":"1.0.0","name":"e2e-net1","plugins":[{"type":"bridge","bridge":%q,
 		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}]}`, e.net1Br, e.net1, e.leaseDir))
@@ -82,8 +138,15 @@ func newCRIEnv(t *testing.T, daemonMode bool, cp *controlplane.ControlPlane) *cr
 	if err := json.Unmarshal(e.manifoldConf(extra).Bytes, &list); err != nil {
 		t.Fatal(err)
 	}
-	// STATUS is called only for a 1.1.0 conflist.
+	// STATUS (and CRI-O's GC) is called only for a 1.1.0 conflist.
 	list["cniVersion"] = "1.1.0"
+	if kind == crioKind {
+		// CRI-O's GC at start DELs every attachment in libcni's cache
+		// (the host's /var/lib/cni: CRI-O has no setting for it) of the
+		// network's name that it does not know: the name must be this
+		// env's alone, or it would DEL the sandboxes of other tests.
+		list["name"] = testenv.UniqueName("mfcrio-")
+	}
 	e.plugin = list["plugins"].([]any)[0].(map[string]any)
 	if daemonMode {
 		e.plugin["type"] = "manifold-shim"
@@ -108,9 +171,10 @@ func newCRIEnv(t *testing.T, daemonMode bool, cp *controlplane.ControlPlane) *cr
 		t.Fatal(err)
 	}
 	e.writeFile(filepath.Join(confDir, "00-manifold.conflist"), string(b))
+	e.confList, e.binDir = b, binDir
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	node, err := crinode.Start(ctx, bins, crinode.Options{CNIBinDir: binDir, CNIConfDir: confDir, TempDir: tmp})
+	node, err := start(ctx, crinode.Options{CNIBinDir: binDir, CNIConfDir: confDir, TempDir: tmp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +183,7 @@ func newCRIEnv(t *testing.T, daemonMode bool, cp *controlplane.ControlPlane) *cr
 	// removed through the CRI while the daemon still serves.
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("containerd log:\n%s", node.LogTail())
+			t.Logf("%s log:\n%s", kind, node.LogTail())
 		}
 		node.Stop()
 	})
@@ -164,7 +228,7 @@ func (e *criEnv) waitNetworkReady(want bool) string {
 	}
 }
 
-// criSandbox is a sandbox that containerd runs for a pod of the API.
+// criSandbox is a sandbox that the runtime runs for a pod of the API.
 type criSandbox struct {
 	id  string
 	cfg *runtimeapi.PodSandboxConfig
@@ -172,8 +236,8 @@ type criSandbox struct {
 }
 
 // run is RunPodSandbox for the pod. With annotations, the sandbox carries the
-// pod's annotations as the kubelet gives them, and containerd passes them to
-// manifold; without, containerd passes null.
+// pod's annotations as the kubelet gives them, and the runtime passes them to
+// manifold; without, containerd passes null and CRI-O {}.
 func (e *criEnv) run(p *corev1.Pod, annotations bool) (*criSandbox, error) {
 	var annots map[string]string
 	if annotations {

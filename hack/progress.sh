@@ -5,7 +5,9 @@ timed() {
   local what=$1; shift
   local start=$SECONDS
   echo "building $what (cold: several minutes on 2 cores)" >&2
-  ( while sleep 30; do echo "  ... still building $what ($((SECONDS - start)) s)" >&2; done ) &
+  # 9>&-: the ticker and its sleep must not hold the cache lock (lock_cache)
+  # after the build ends.
+  ( while sleep 30; do echo "  ... still building $what ($((SECONDS - start)) s)" >&2; done ) 9>&- &
   local ticker=$!
   local rc=0
   "$@" || rc=$?

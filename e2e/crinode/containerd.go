@@ -25,8 +25,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
@@ -118,18 +116,14 @@ type Handler struct {
 	CNIConfDir string
 }
 
-// Containerd is a running throwaway containerd with its CRI clients.
+// Containerd is a running throwaway containerd with its CRI clients. Its
+// Dir holds the config, root, state, runc's root and the socket, the
+// containerd (and CRI) socket.
 type Containerd struct {
-	// Dir holds the config, root, state, runc's root and the socket.
-	Dir string
-	// Socket is the containerd (and CRI) socket.
-	Socket  string
-	Runtime runtimeapi.RuntimeServiceClient
-	Images  runtimeapi.ImageServiceClient
+	CRI
 
 	bins    Binaries
 	opts    Options
-	conn    *grpc.ClientConn
 	logFile string
 	// netnsBefore are the cni-* namespaces in /var/run/netns that were there
 	// before this containerd started (HostNetNS): not ours to remove.
@@ -148,8 +142,8 @@ func Start(ctx context.Context, bins Binaries, opts Options) (*Containerd, error
 	if err != nil {
 		return nil, err
 	}
-	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), bins: bins, opts: opts,
-		logFile: filepath.Join(dir, "containerd.log")}
+	c := &Containerd{CRI: CRI{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Image: ImageRef},
+		bins: bins, opts: opts, logFile: filepath.Join(dir, "containerd.log")}
 	if opts.HostNetNS {
 		c.netnsBefore = HostNetNSNames()
 	}
@@ -168,13 +162,9 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err := c.launch(ctx); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	if err := c.dial(); err != nil {
 		return err
 	}
-	c.conn = conn
-	c.Runtime = runtimeapi.NewRuntimeServiceClient(conn)
-	c.Images = runtimeapi.NewImageServiceClient(conn)
 	if err := c.waitCRI(ctx); err != nil {
 		return err
 	}
@@ -314,26 +304,7 @@ func (c *Containerd) launch(ctx context.Context) error {
 
 // waitCRI waits (at most a minute) until the CRI answers Version.
 func (c *Containerd) waitCRI(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	var last error
-	for {
-		if _, err := os.Stat(c.Socket); err == nil {
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, last = c.Runtime.Version(rctx, &runtimeapi.VersionRequest{})
-			rcancel()
-			if last == nil {
-				return nil
-			}
-		}
-		select {
-		case <-c.done:
-			return fmt.Errorf("containerd exited during start-up:\n%s", c.LogTail())
-		case <-ctx.Done():
-			return fmt.Errorf("containerd's CRI did not answer within a minute (last: %v):\n%s", last, c.LogTail())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return c.CRI.waitCRI(ctx, "containerd", c.done, c.LogTail)
 }
 
 // Ctr runs ctr against this containerd, in the k8s.io namespace.
@@ -409,10 +380,7 @@ func (c *Containerd) Stop() {
 			<-done
 		}
 	}
-	if c.conn != nil {
-		c.conn.Close()
-		c.conn = nil
-	}
+	c.closeConn()
 	c.removeLeftovers()
 	track(c, nil, false)
 }
@@ -516,3 +484,6 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// Kind is "containerd".
+func (c *Containerd) Kind() string { return "containerd" }

@@ -12,8 +12,8 @@ import (
 )
 
 // SandboxConfig is a pod sandbox as the kubelet would ask for it: its
-// metadata, its annotations, and a log dir in the containerd dir.
-func (c *Containerd) SandboxConfig(namespace, name, uid string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
+// metadata, its annotations, and a log dir in the runtime's dir.
+func (c *CRI) SandboxConfig(namespace, name, uid string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
 	return &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: namespace, Uid: uid},
 		Hostname:     name,
@@ -25,7 +25,7 @@ func (c *Containerd) SandboxConfig(namespace, name, uid string, annotations map[
 }
 
 // RunSandbox is RunPodSandbox: it returns the sandbox ID.
-func (c *Containerd) RunSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig) (string, error) {
+func (c *CRI) RunSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig) (string, error) {
 	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
 		return "", err
@@ -35,7 +35,7 @@ func (c *Containerd) RunSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxC
 
 // SandboxIP is the IP the runtime reports for the sandbox: the default
 // network's, which the kubelet makes status.podIP.
-func (c *Containerd) SandboxIP(ctx context.Context, id string) (string, error) {
+func (c *CRI) SandboxIP(ctx context.Context, id string) (string, error) {
 	st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
 	if err != nil {
 		return "", err
@@ -47,8 +47,8 @@ func (c *Containerd) SandboxIP(ctx context.Context, id string) (string, error) {
 }
 
 // StopRemove is StopPodSandbox then RemovePodSandbox, as the kubelet does when
-// a pod is deleted: containerd DELs on each.
-func (c *Containerd) StopRemove(ctx context.Context, id string) error {
+// a pod is deleted: containerd DELs on each, CRI-O on the stop only.
+func (c *CRI) StopRemove(ctx context.Context, id string) error {
 	if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		return fmt.Errorf("StopPodSandbox: %w", err)
 	}
@@ -58,23 +58,28 @@ func (c *Containerd) StopRemove(ctx context.Context, id string) error {
 	return nil
 }
 
-// RunContainer creates and starts a container of the node image in the
+// RunContainer creates and starts a container of the node image (Image) in the
 // sandbox, running args, and returns its ID.
-func (c *Containerd) RunContainer(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, name string, args ...string) (string, error) {
-	return c.RunImage(ctx, sandboxID, sb, ImageRef, name, args[:1], args[1:])
+func (c *CRI) RunContainer(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, name string, args ...string) (string, error) {
+	return c.RunImage(ctx, sandboxID, sb, c.Image, name, args[:1], args[1:])
 }
 
 // RunImage creates and starts a container of image in the sandbox and
 // returns its ID. command replaces the image's entrypoint unless it is nil;
 // args are its arguments. Its log is LogDirectory/<name>.log (ContainerLog).
-func (c *Containerd) RunImage(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, image, name string, command, args []string) (string, error) {
+func (c *CRI) RunImage(ctx context.Context, sandboxID string, sb *runtimeapi.PodSandboxConfig, image, name string, command, args []string) (string, error) {
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: image},
-		Command:  command,
-		Args:     args,
-		LogPath:  name + ".log",
-		Linux:    &runtimeapi.LinuxContainerConfig{},
+		// CRI-O verifies the image (its signature policy) by the name the
+		// user gave, as the kubelet passes it.
+		Image:   &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: image},
+		Command: command,
+		Args:    args,
+		LogPath: name + ".log",
+		// The sandbox's namespace modes, as the kubelet gives them.
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: sb.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		}},
 	}
 	created, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sb})
 	if err != nil {
@@ -88,7 +93,7 @@ func (c *Containerd) RunImage(ctx context.Context, sandboxID string, sb *runtime
 
 // Exec runs cmd in a running container (ExecSync) and returns its output and
 // exit code.
-func (c *Containerd) Exec(ctx context.Context, containerID string, cmd ...string) (stdout, stderr string, code int32, err error) {
+func (c *CRI) Exec(ctx context.Context, containerID string, cmd ...string) (stdout, stderr string, code int32, err error) {
 	resp, err := c.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: containerID, Cmd: cmd, Timeout: 30})
 	if err != nil {
 		return "", "", 0, err
@@ -97,8 +102,9 @@ func (c *Containerd) Exec(ctx context.Context, containerID string, cmd ...string
 }
 
 // NetworkReady is the NetworkReady condition of the CRI Status: containerd
-// asks the CNI plugin (STATUS) on each call.
-func (c *Containerd) NetworkReady(ctx context.Context) (ready bool, reason, message string, err error) {
+// asks the CNI plugin (STATUS) on each call; CRI-O only until the first
+// success after its start, and keeps that answer.
+func (c *CRI) NetworkReady(ctx context.Context) (ready bool, reason, message string, err error) {
 	st, err := c.Runtime.Status(ctx, &runtimeapi.StatusRequest{})
 	if err != nil {
 		return false, "", "", err
@@ -112,8 +118,9 @@ func (c *Containerd) NetworkReady(ctx context.Context) (ready bool, reason, mess
 }
 
 // SandboxNetNS is the path of the sandbox's network namespace, which
-// containerd names in the sandbox's verbose status (its runtime spec).
-func (c *Containerd) SandboxNetNS(ctx context.Context, id string) (string, error) {
+// containerd and CRI-O both name in the sandbox's verbose status (its
+// runtime spec).
+func (c *CRI) SandboxNetNS(ctx context.Context, id string) (string, error) {
 	st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	if err != nil {
 		return "", err
@@ -182,7 +189,7 @@ func (c *Containerd) LoadedCNI(ctx context.Context) ([]CNINetwork, error) {
 
 // WaitExited waits until the container has exited and returns its exit code
 // and its log, as the CRI writes it (each line: time, stream, tag, text).
-func (c *Containerd) WaitExited(ctx context.Context, id string, sb *runtimeapi.PodSandboxConfig) (int32, string, error) {
+func (c *CRI) WaitExited(ctx context.Context, id string, sb *runtimeapi.PodSandboxConfig) (int32, string, error) {
 	for {
 		st, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {

@@ -2,28 +2,24 @@ package crinode
 
 import "sync"
 
-// running holds every Containerd and Kubelet that Start and StartKubelet
-// returned and that Stop has not yet removed, so that a program interrupted
+// running holds every Node and Kubelet that Start, StartCRIO and
+// StartKubelet returned and that Stop has not yet removed, so that a program interrupted
 // by a signal (which skips its deferred clean-ups and t.Cleanup) can still
 // remove them with StopAll.
 var running struct {
 	sync.Mutex
-	nodes    map[*Containerd]bool
+	nodes    map[Node]bool
 	kubelets map[*Kubelet]bool
 }
 
 func track(c *Containerd, k *Kubelet, on bool) {
+	if c != nil {
+		trackNode(c, on)
+	}
 	running.Lock()
 	defer running.Unlock()
-	if running.nodes == nil {
-		running.nodes, running.kubelets = map[*Containerd]bool{}, map[*Kubelet]bool{}
-	}
-	if c != nil {
-		if on {
-			running.nodes[c] = true
-		} else {
-			delete(running.nodes, c)
-		}
+	if running.kubelets == nil {
+		running.kubelets = map[*Kubelet]bool{}
 	}
 	if k != nil {
 		if on {
@@ -34,11 +30,24 @@ func track(c *Containerd, k *Kubelet, on bool) {
 	}
 }
 
-// StopAll stops every kubelet, then every containerd, still running.
+func trackNode(n Node, on bool) {
+	running.Lock()
+	defer running.Unlock()
+	if running.nodes == nil {
+		running.nodes = map[Node]bool{}
+	}
+	if on {
+		running.nodes[n] = true
+	} else {
+		delete(running.nodes, n)
+	}
+}
+
+// StopAll stops every kubelet, then every runtime, still running.
 func StopAll() {
 	running.Lock()
 	var ks []*Kubelet
-	var cs []*Containerd
+	var cs []Node
 	for k := range running.kubelets {
 		ks = append(ks, k)
 	}

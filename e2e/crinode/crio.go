@@ -1,0 +1,484 @@
+package crinode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+)
+
+// CRIOBinaries are CRI-O's programs: crio and pinns in Dir (hack/build-crio.sh),
+// and Debian's conmon.
+type CRIOBinaries struct {
+	Dir    string
+	Conmon string
+}
+
+var (
+	findCRIOOnce sync.Once
+	foundCRIO    CRIOBinaries
+	findCRIOErr  error
+)
+
+// FindCRIO returns $MANIFOLD_CRIO_DIR when it is set, or else what
+// hack/build-crio.sh builds (cached by version; a cold build takes minutes).
+// conmon and runc must be on PATH (Debian's packages).
+func FindCRIO() (CRIOBinaries, error) {
+	findCRIOOnce.Do(func() { foundCRIO, findCRIOErr = findCRIO() })
+	return foundCRIO, findCRIOErr
+}
+
+func findCRIO() (CRIOBinaries, error) {
+	if _, err := exec.LookPath("runc"); err != nil {
+		return CRIOBinaries{}, fmt.Errorf("%w: runc is not on PATH (apt-get install -y runc)", ErrBinariesUnavailable)
+	}
+	conmon, err := exec.LookPath("conmon")
+	if err != nil {
+		return CRIOBinaries{}, fmt.Errorf("%w: conmon is not on PATH (apt-get install -y conmon)", ErrBinariesUnavailable)
+	}
+	b := CRIOBinaries{Dir: os.Getenv("MANIFOLD_CRIO_DIR"), Conmon: conmon}
+	if b.Dir == "" {
+		root, err := testenv.FindRepoRoot()
+		if err != nil {
+			return CRIOBinaries{}, err
+		}
+		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-crio.sh"))
+		cmd.Dir = root
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return CRIOBinaries{}, fmt.Errorf("%w: hack/build-crio.sh: %v", ErrBinariesUnavailable, err)
+		}
+		b.Dir = strings.TrimSpace(string(out))
+	}
+	for _, p := range []string{filepath.Join(b.Dir, "crio"), filepath.Join(b.Dir, "pinns")} {
+		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+			return CRIOBinaries{}, fmt.Errorf("%w: %s is not an executable", ErrBinariesUnavailable, p)
+		}
+	}
+	return b, nil
+}
+
+// CRIO is a running throwaway CRI-O with its CRI clients and the image
+// registry it pulls the node image from. Everything it makes is under Dir:
+// its storage (vfs), state, sockets, the pods' network namespaces (pinns)
+// and runc's root; Stop removes all of it.
+type CRIO struct {
+	CRI
+
+	bins    CRIOBinaries
+	opts    Options
+	logFile string
+	reg     *ImageRegistry
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Kind is "crio".
+func (c *CRIO) Kind() string { return "crio" }
+
+// StartCRIO writes CRI-O's config, starts it, serves the node image from a
+// registry on 127.0.0.1, pulls it through the CRI (it is the pause image
+// too) and returns once the CRI answers. Options.HostNetNS and
+// Options.Handlers are containerd's only. On error nothing is left.
+func StartCRIO(ctx context.Context, bins CRIOBinaries, opts Options) (*CRIO, error) {
+	if opts.HostNetNS || len(opts.Handlers) > 0 {
+		return nil, fmt.Errorf("crinode: CRI-O takes neither HostNetNS nor Handlers")
+	}
+	dir, err := os.MkdirTemp(opts.TempDir, "manifold-crio-")
+	if err != nil {
+		return nil, err
+	}
+	c := &CRIO{CRI: CRI{Dir: dir, Socket: filepath.Join(dir, "crio.sock")}, bins: bins, opts: opts,
+		logFile: filepath.Join(dir, "crio.log")}
+	imageCacheOnce.Do(func() {
+		_, err := os.Lstat(imageCacheDir)
+		imageCacheOurs = os.IsNotExist(err)
+	})
+	trackNode(c, true)
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *CRIO) start(ctx context.Context) error {
+	reg, err := StartImageRegistry()
+	if err != nil {
+		return err
+	}
+	c.reg = reg
+	img, err := BuildImage(ctx, c.Dir)
+	if err != nil {
+		return err
+	}
+	if c.Image, err = reg.Push(ctx, img, "manifold/node-tools:1"); err != nil {
+		return err
+	}
+	for _, d := range []string{"conf.d", "exits", "attach", "ns", "pod-logs"} {
+		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"crio.conf": c.config(),
+		// Only our registry, over plain HTTP.
+		"registries.conf": "[[registry]]\nlocation = " + strconv.Quote(reg.Host) + "\ninsecure = true\n",
+		"policy.json":     `{"default": [{"type": "insecureAcceptAnything"}]}`,
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(c.Dir, name), []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "runc-wrapper"), []byte(runcWrapper()), 0o755); err != nil {
+		return err
+	}
+	if err := c.launch(); err != nil {
+		return err
+	}
+	if err := c.dial(); err != nil {
+		return err
+	}
+	if err := c.waitCRI(ctx, "crio", c.done, c.LogTail); err != nil {
+		return err
+	}
+	if _, err := c.Images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: c.Image}}); err != nil {
+		return fmt.Errorf("pull %s from the local registry: %w\n%s", c.Image, err, c.LogTail())
+	}
+	return nil
+}
+
+// config is CRI-O's config. Each setting is here for a reason: every path
+// of its own (state, storage, logs, sockets, conmon's exit and attach dirs,
+// the network namespaces pinns makes, runc's root, the hooks, CDI and keys
+// dirs) in our dir, not under /var/lib/crio, /run/crio, /etc or /usr/share;
+// the streaming server on 127.0.0.1; no irqbalance file written; the vfs storage driver (no overlay
+// in a nested container); cgroupfs (no systemd here); runc behind the
+// test-only wrapper (runcWrapper); the node image as the pause image, from
+// the local registry; CNI from the given dirs; NRI off.
+func (c *CRIO) config() string {
+	q := strconv.Quote
+	d := func(p string) string { return q(filepath.Join(c.Dir, p)) }
+	return `[crio]
+root = ` + d("root") + `
+runroot = ` + d("runroot") + `
+storage_driver = "vfs"
+log_dir = ` + d("pod-logs") + `
+version_file = ` + d("version") + `
+version_file_persist = ` + d("version-persist") + `
+clean_shutdown_file = ` + d("clean.shutdown") + `
+
+[crio.api]
+listen = ` + q(c.Socket) + `
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+conmon = ` + q(c.bins.Conmon) + `
+pinns_path = ` + q(filepath.Join(c.bins.Dir, "pinns")) + `
+container_exits_dir = ` + d("exits") + `
+container_attach_socket_dir = ` + d("attach") + `
+namespaces_dir = ` + d("ns") + `
+hooks_dir = [` + d("hooks.d") + `]
+cdi_spec_dirs = [` + d("cdi") + `]
+decryption_keys_path = ` + d("keys") + `
+irqbalance_config_file = ""
+irqbalance_config_restore_file = "disable"
+
+[crio.runtime.runtimes.runc]
+runtime_path = ` + d("runc-wrapper") + `
+runtime_type = "oci"
+runtime_root = ` + d("runc") + `
+
+[crio.image]
+pause_image = ` + q(c.Image) + `
+pause_command = ` + q(Pause) + `
+signature_policy = ` + d("policy.json") + `
+signature_policy_dir = ` + d("policies") + `
+namespaced_auth_dir = ` + d("auth") + `
+
+[crio.network]
+network_dir = ` + q(c.opts.CNIConfDir) + `
+plugin_dirs = [` + q(c.opts.CNIBinDir) + `]
+
+[crio.nri]
+enable_nri = false
+`
+}
+
+// runcWrapper is a TEST-ONLY stand-in for runc, CRI-O's runtime_path here.
+// CRI-O sets every infra container's oom_score_adj to -998 and has no
+// setting against it (containerd has restrict_oom_score_adj); lowering it
+// needs CAP_SYS_RESOURCE, which this sandbox lacks, so runc fails with
+// "nsexec: failed to update /proc/self/oom_score_adj: Permission denied".
+// The wrapper drops process.oomScoreAdj from the bundle's config.json
+// before it runs runc. A real node runs runc itself. The tier's own
+// sandboxes (SandboxConfig) get no infra container and pass without it
+// (checked: TestRuntimeThin/crio's static and traffic cases with runc as
+// runtime_path); a pod with a pod-wide PID namespace needs it.
+func runcWrapper() string {
+	return `#!/bin/sh
+# TEST-ONLY (e2e/crinode): drops process.oomScoreAdj from the OCI bundle,
+# which this sandbox may not lower, then runs runc with the same arguments.
+# sed -z: the key may be the last of its object, its comma on the line before.
+bundle= prev=
+for a in "$@"; do
+  case $prev in --bundle|-b) bundle=$a ;; esac
+  case $a in --bundle=*) bundle=${a#--bundle=} ;; esac
+  prev=$a
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+  sed -i -z -E 's/"oomScoreAdj"[[:space:]]*:[[:space:]]*-?[0-9]+[[:space:]]*,//; s/,[[:space:]]*"oomScoreAdj"[[:space:]]*:[[:space:]]*-?[0-9]+//' "$bundle/config.json"
+fi
+exec ` + runcPath() + ` "$@"
+`
+}
+
+// launch starts crio. It dies with the test process (Pdeathsig, on a locked
+// thread as in Containerd.launch); conmon and the containers do not.
+func (c *CRIO) launch() error {
+	cmd := exec.Command(filepath.Join(c.bins.Dir, "crio"), "--config", filepath.Join(c.Dir, "crio.conf"),
+		"--config-dir", filepath.Join(c.Dir, "conf.d"), "--log-level", "info")
+	cmd.Env = append(os.Environ(), "CONTAINER_REGISTRIES_CONF="+filepath.Join(c.Dir, "registries.conf"))
+	var out io.Writer = c.opts.Log
+	if out == nil {
+		f, err := os.OpenFile(c.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		cmd.Wait()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start crio: %w", err)
+	}
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+	return nil
+}
+
+// Kill ends crio with SIGKILL, as a crash would; conmon and the pods keep
+// running.
+func (c *CRIO) Kill() {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.mu.Unlock()
+	if cmd != nil && !c.exited() {
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart starts crio again on the same dirs after Kill or Shutdown, and
+// waits for its CRI.
+func (c *CRIO) Restart(ctx context.Context) error {
+	if err := c.launch(); err != nil {
+		return err
+	}
+	return c.waitCRI(ctx, "crio", c.done, c.LogTail)
+}
+
+// Shutdown stops crio with SIGTERM, as systemd stops it: its pods keep
+// running.
+func (c *CRIO) Shutdown() {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.mu.Unlock()
+	if cmd == nil || c.exited() {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// LogFile is crio's log file (empty when Options.Log is set). It logs each
+// CNI call it makes, at info level.
+func (c *CRIO) LogFile() string {
+	if c.opts.Log != nil {
+		return ""
+	}
+	return c.logFile
+}
+
+// LogTail is the end of crio's log, when it goes to its file.
+func (c *CRIO) LogTail() string {
+	b, _ := os.ReadFile(c.logFile)
+	if len(b) > 8<<10 {
+		b = b[len(b)-8<<10:]
+	}
+	return string(b)
+}
+
+func (c *CRIO) exited() bool {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop removes every sandbox through the CRI (so the CNI DELs run), stops
+// crio, and then removes whatever is still there: runc containers, conmon
+// processes, mounts (network namespaces, shm), the registry and the dir.
+func (c *CRIO) Stop() {
+	if c.Runtime != nil && !c.exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if list, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
+			for _, sb := range list.Items {
+				c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
+				c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+			}
+		}
+		cancel()
+	}
+	c.Shutdown()
+	c.closeConn()
+	c.KillPods()
+	unmountUnder(c.Dir)
+	os.RemoveAll(c.Dir)
+	if c.reg != nil {
+		c.reg.Close()
+		c.reg = nil
+	}
+	trackNode(c, false)
+	if imageCacheOurs && !crioRunning() {
+		os.RemoveAll(imageCacheDir)
+	}
+}
+
+// imageCacheDir is where CRI-O's image library keeps its blob info cache
+// when it runs as root, whatever its config says: the one path CRI-O writes
+// outside Dir (besides libcni's cache, which the DELs empty). When this
+// process made it (it was not there before the first StartCRIO), the last
+// Stop removes it.
+const imageCacheDir = "/var/lib/containers"
+
+var (
+	imageCacheOnce sync.Once
+	imageCacheOurs bool
+)
+
+// crioRunning tells whether any CRIO of this process is still running.
+func crioRunning() bool {
+	running.Lock()
+	defer running.Unlock()
+	for n := range running.nodes {
+		if _, ok := n.(*CRIO); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// KillPods kills every container of this CRI-O (runc delete -f) and every
+// conmon it started, as a crash of the node would; crio itself is left as
+// it is. The network namespaces stay mounted.
+func (c *CRIO) KillPods() {
+	root := filepath.Join(c.Dir, "runc")
+	if out, err := runcCmd("--root", root, "list", "-q").Output(); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			runcCmd("--root", root, "delete", "-f", id).Run()
+		}
+	}
+	for _, pid := range c.conmonPids() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// conmonPids are the conmon processes whose command line names our dir.
+func (c *CRIO) conmonPids() []int {
+	var pids []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == "conmon" && strings.Contains(string(b), c.Dir+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Reboot does to this CRI-O what a node's reboot does: crio, its conmons and
+// every container die, and what lives on tmpfs goes: the run dir (runroot,
+// conmon's exit files) and the pods' network namespaces, with their
+// interfaces. Its storage (root) stays. Restart brings it back.
+func (c *CRIO) Reboot() {
+	c.Kill()
+	c.KillPods()
+	for _, d := range []string{"runroot", "ns", "exits"} {
+		p := filepath.Join(c.Dir, d)
+		unmountUnder(p)
+		os.RemoveAll(p)
+	}
+	os.MkdirAll(filepath.Join(c.Dir, "exits"), 0o755)
+	os.MkdirAll(filepath.Join(c.Dir, "ns"), 0o755)
+}
+
+// SandboxConfig is CRI.SandboxConfig with a PID namespace per container, as
+// the kubelet asks for a pod by default: CRI-O then runs no infra container
+// (drop_infra_ctr, its default), and the pod's network namespace is held by
+// pinns alone. With a pod-wide PID namespace, CRI-O runs pause as the
+// namespace's PID 1 and stops it with SIGTERM; here that stop often waited
+// until the call's deadline (2 minutes) for a pause that had not exited.
+func (c *CRIO) SandboxConfig(namespace, name, uid string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
+	cfg := c.CRI.SandboxConfig(namespace, name, uid, annotations)
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{
+		NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+	}
+	return cfg
+}
