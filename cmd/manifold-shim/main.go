@@ -35,6 +35,21 @@ const connectTimeout = 2 // seconds
 // runs (the shim does not link netconf; a test holds the two equal).
 const nestedEnv = "MANIFOLD_DELEGATE_OF"
 
+// versionAnswer is what manifold answers to VERSION (the versions of
+// libcni's version.All, which the shim does not link; a test holds the two
+// equal).
+const versionAnswer = `{"cniVersion":"1.1.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}` + "\n"
+
+// envValue is the value of key in environ, or "".
+func envValue(environ []string, key string) string {
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // CNI error codes the shim itself can return.
 const (
 	codeInvalidConfig = 7
@@ -53,6 +68,15 @@ func run(stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 			// Refused before anything is read or sent: the config is not the node's.
 			return cniError(stdout, "", codeInvalidConfig, "manifold-shim refuses to run as a delegate of manifold ("+nestedEnv+" is set): a network's plugin or IPAM type named a meta-plugin")
 		}
+	}
+	if envValue(environ, "CNI_COMMAND") == "VERSION" {
+		// Answered here, with neither the daemon nor the fallback: a
+		// runtime asks VERSION with no config of the node's on stdin
+		// (libcni sends only a cniVersion), so no daemonSocket either.
+		// CRI-O asks on every change in its conf and bin dirs, and drops
+		// a network whose plugin cannot answer (docs/runtimes.md).
+		io.WriteString(stdout, versionAnswer)
+		return 0
 	}
 	data, err := io.ReadAll(io.LimitReader(stdin, shimproto.MaxStdin+1))
 	if err != nil || len(data) > shimproto.MaxStdin {

@@ -7,9 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/shimproto"
@@ -153,5 +156,31 @@ func TestRunRefusesToBeADelegate(t *testing.T) {
 	case req := <-got:
 		t.Errorf("the daemon got a call from a nested shim: %v", req.Env)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestVersionAnsweredByTheShim: VERSION is answered with manifold's own
+// answer even with no daemon and no fallback binary, as CRI-O asks it (with
+// no daemonSocket on stdin) on every change in its dirs. Before, the shim
+// asked the default socket and then ran a fallback that was not there, and
+// CRI-O dropped the network.
+func TestVersionAnsweredByTheShim(t *testing.T) {
+	var want bytes.Buffer
+	if err := version.All.Encode(&want); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := []string{"CNI_COMMAND=VERSION", "CNI_PATH=" + t.TempDir()}
+	code := run(strings.NewReader(`{"cniVersion":"1.1.0"}`), &stdout, &stderr, env)
+	if code != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	var got, exp map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("stdout %q: %v", stdout.String(), err)
+	}
+	json.Unmarshal(want.Bytes(), &exp)
+	if !reflect.DeepEqual(got, exp) {
+		t.Errorf("VERSION answer %s, want manifold's %s", stdout.String(), want.String())
 	}
 }
