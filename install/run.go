@@ -34,8 +34,14 @@ type installer struct {
 	// multus is Multus's config found in the conf dir by the last reconcile
 	// (a node being taken over from Multus); nil when there is none.
 	multus *multusConfig
-	locks  *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
-	getenv func(string) string
+	// multusLogged sums up the decisions on Multus's keys last logged, so
+	// that they are logged once per change; multusDaemon is the thick Multus
+	// daemon's config once read, and multusDaemonFrom where from.
+	multusLogged     string
+	multusDaemon     map[string]any
+	multusDaemonFrom string
+	locks            *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
+	getenv           func(string) string
 	// nodeTok mints manifold's node-bound token (nodetoken.go); tokenWarned
 	// is the last reason it could not, said once in the log.
 	nodeTok     *nodeTokens
@@ -217,6 +223,17 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 		}
 		return data, in.o.ConfigFile, nil
 	}
+	// The keys of Multus's config, and in thick Multus its daemon's, that
+	// manifold's config takes (multuskeys.go).
+	if m := in.multus; m != nil {
+		if m.shim {
+			if m.daemon, m.daemonFrom, err = in.multusDaemonConfig(); err != nil {
+				return nil, "", err
+			}
+		}
+		m.resolve(in.o)
+		in.logDecisions(m)
+	}
 	var p *Primary
 	if in.multus.hasDefault() {
 		// Multus's config names the default network itself: it is the one
@@ -234,7 +251,7 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 	}
 	source = filepath.Join(in.o.CNIConfDir, p.Name)
 	if in.multus != nil {
-		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(in.multus.carried(in.o), ",") + "), primary " + source
+		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(in.multus.carried(), ",") + "), primary " + source
 	}
 	return data, source, nil
 }
