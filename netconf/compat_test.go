@@ -91,6 +91,8 @@ func TestCompatibilityDocCoversMultus(t *testing.T) {
 				t.Errorf("%s: Multus's %q is not in docs/compatibility.md", section, key)
 			case status == "extra":
 				t.Errorf("%s: %q is Multus's, not an extra of manifold's", section, key)
+			case status == "same" && section == "Thick daemon keys":
+				t.Errorf("%s: %q cannot be the same: manifold's node daemon takes flags, not Multus's daemon config", section, key)
 			case status != "same":
 				// A difference, said and explained in the doc.
 			case section == "Config keys" && !slices.Contains(configKeys, key):
