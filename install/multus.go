@@ -134,6 +134,14 @@ func parseMultus(name string, data []byte) (*multusConfig, bool) {
 	return m, true
 }
 
+// daemonOnlyMultus stands for a thick Multus whose shim config is gone
+// (Multus's daemon removes it when it stops) but whose daemon's config is
+// there: its settings are taken over all the same. Its primary is the one
+// the installer finds, as Multus's "auto" mode found it.
+func daemonOnlyMultus() *multusConfig {
+	return &multusConfig{shim: true, plugin: map[string]any{}, caps: map[string]bool{}}
+}
+
 // applyMultus puts the keys resolve chose into manifold's plugin config;
 // --additional-config, applied after, wins over them.
 func applyMultus(plugin map[string]any, m *multusConfig) {
@@ -154,6 +162,15 @@ func applyMultus(plugin map[string]any, m *multusConfig) {
 // multusPrimary is the primary for a Multus config that names its default
 // network itself: its cniVersion and capabilities are what the runtime used.
 func multusPrimary(m *multusConfig) (*Primary, error) {
+	if m.file == "" {
+		// A thick Multus's daemon config alone: the runtime read no config
+		// of Multus's, and the daemon's cniVersion is what Multus wrote.
+		v, _ := m.daemon["cniVersion"].(string)
+		if v == "" {
+			return nil, fmt.Errorf("the daemon config of Multus (%s) names the default network but has no cniVersion", m.daemonFrom)
+		}
+		return &Primary{Name: "Multus's daemon config", CNIVersion: v, Capabilities: m.caps}, nil
+	}
 	if m.cniVersion == "" {
 		return nil, fmt.Errorf("the Multus config %s has no cniVersion", m.file)
 	}

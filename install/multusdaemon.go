@@ -54,15 +54,21 @@ func (o *Options) validateMultusDaemonRef() error {
 }
 
 // multusDaemonConfig is the thick Multus daemon's config: read from its
-// ConfigMap once per run, else from the copy an earlier read left. Without
-// either, the takeover would drop every setting of the node's Multus, so it
-// is an error, which names the two ways out.
-func (in *installer) multusDaemonConfig() (map[string]any, string, error) {
+// ConfigMap once per run, else from the copy an earlier read left.
+//
+// required is set when the node's conf dir holds a thick Multus's shim
+// config: without the daemon's config the takeover would drop every
+// setting of the node's Multus, so not finding it is an error, which names
+// the ways out. Otherwise Multus's daemon may have removed its config, as
+// it does when it stops, before this installer ran: the ConfigMap, when
+// there is one, is still that node's Multus's settings. Not finding it
+// then means no thick Multus, said once, and not asked again in this run.
+func (in *installer) multusDaemonConfig(required bool) (map[string]any, string, error) {
 	if in.multusDaemon != nil {
 		return in.multusDaemon, in.multusDaemonFrom, nil
 	}
 	namespace, name, ok := in.o.multusDaemonRef()
-	if !ok {
+	if !ok || (!required && in.multusDaemonAbsent) {
 		return nil, "", nil
 	}
 	where := fmt.Sprintf("ConfigMap %s/%s", namespace, name)
@@ -83,7 +89,13 @@ func (in *installer) multusDaemonConfig() (map[string]any, string, error) {
 		return conf, where, nil
 	}
 	saved, err := readCapped(copyPath)
-	if err != nil {
+	switch {
+	case err == nil:
+	case !required:
+		in.multusDaemonAbsent = true
+		in.log.Info("no thick Multus daemon's config to carry over", "from", where, "reason", apiErr)
+		return nil, "", nil
+	default:
 		if !errors.Is(err, os.ErrNotExist) {
 			apiErr = errors.Join(apiErr, err)
 		}

@@ -149,9 +149,12 @@ func (m *multusConfig) resolve(o *Options) {
 		case isUnset(v):
 			d.why = "empty: Multus's default applies"
 		case k == "cniVersion":
-			if from[k] == m.file {
+			switch {
+			case m.file == "":
+				d.why = "manifold's config takes the cniVersion of the primary config, which the runtime accepts"
+			case from[k] == m.file:
 				d.to = k
-			} else {
+			default:
 				d.why = fmt.Sprintf("the runtime reads the cniVersion of %s, %s, which manifold's config keeps", m.file, m.cniVersion)
 			}
 		case k == "capabilities":

@@ -131,6 +131,7 @@ func TestTakeoverOfThickMultus(t *testing.T) {
 	n.writeConf(t, "10-calico.conflist", calicoConflist)
 	n.writeConf(t, "00-multus.conf", multusShimConf)
 	client := kubernetes.Interface(fake.NewClientset(multusDaemonConfigMap(multusDaemonJSON)))
+	n.o.MultusDaemonConfig = DefaultMultusDaemonConfig
 	n.o.newClient = func() (kubernetes.Interface, error) { return client, nil }
 	var first []byte
 	for run := 1; run <= 2; run++ {
@@ -201,6 +202,7 @@ func TestTakeoverOfThickMultus(t *testing.T) {
 		n := newTestNode(t, true)
 		n.writeConf(t, "10-calico.conflist", calicoConflist)
 		n.writeConf(t, "00-multus.conf", multusShimConf)
+		n.o.MultusDaemonConfig = DefaultMultusDaemonConfig
 		n.o.newClient = func() (kubernetes.Interface, error) { return fake.NewClientset(), nil }
 		n.start(t)
 		eventually(t, "the installer says why it waits", func() error {
@@ -221,6 +223,67 @@ func TestTakeoverOfThickMultus(t *testing.T) {
 		n.o.newClient = func() (kubernetes.Interface, error) { return nil, errors.New("no API server in this test") }
 		n.start(t)
 		n.wantClusterNetwork(t, "10-calico.conflist", "0.3.1")
+	})
+}
+
+// TestTakeoverOfThickMultusWithoutItsFile: Multus's thick daemon removes
+// its shim config when it stops, so a node it leaves for manifold may have
+// none; its daemon's ConfigMap still holds the node's settings, and the
+// installer carries them, with the primary it finds, as Multus's "auto"
+// mode found it. On a cluster without that ConfigMap the installer asks
+// once and installs as usual.
+func TestTakeoverOfThickMultusWithoutItsFile(t *testing.T) {
+	n := newTestNode(t, true)
+	n.writeConf(t, "10-calico.conflist", calicoConflist)
+	n.o.MultusDaemonConfig = DefaultMultusDaemonConfig
+	client := fake.NewClientset(multusDaemonConfigMap(multusDaemonJSON))
+	n.o.newClient = func() (kubernetes.Interface, error) { return client, nil }
+	n.start(t)
+	n.wantClusterNetwork(t, "10-calico.conflist", "1.0.0")
+	_, p, err := n.plugin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"multusNamespace": "multus", "namespaceIsolation": true, "defaultNetworks": []any{"kube-system/extra"}} {
+		if !reflect.DeepEqual(p[k], v) {
+			t.Errorf("%s = %#v, want the ConfigMap's %#v", k, p[k], v)
+		}
+	}
+
+	t.Run("no Multus at all", func(t *testing.T) {
+		n := newTestNode(t, false)
+		n.writeConf(t, "10-calico.conflist", calicoConflist)
+		n.o.MultusDaemonConfig = DefaultMultusDaemonConfig
+		client := fake.NewClientset()
+		n.o.newClient = func() (kubernetes.Interface, error) { return client, nil }
+		n.start(t)
+		n.wantClusterNetwork(t, "10-calico.conflist", "1.0.0")
+		if err := logHas(n.logs, "no thick Multus daemon's config to carry over"); err != nil {
+			t.Error(err)
+		}
+		// More reconciles: each rewrites a config that was removed.
+		for i := 0; i < 3; i++ {
+			if err := os.Remove(n.confOut); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "manifold's config is written again", func() error { _, err := os.Stat(n.confOut); return err })
+		}
+		_, p, err := n.plugin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p["confDir"]; ok {
+			t.Errorf("confDir = %v on a node that never ran Multus", p["confDir"])
+		}
+		gets := 0
+		for _, a := range client.Actions() {
+			if a.GetResource().Resource == "configmaps" {
+				gets++
+			}
+		}
+		if gets != 1 {
+			t.Errorf("the installer asked for Multus's ConfigMap %d times, want once", gets)
+		}
 	})
 }
 

@@ -40,8 +40,11 @@ type installer struct {
 	multusLogged     string
 	multusDaemon     map[string]any
 	multusDaemonFrom string
-	locks            *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
-	getenv           func(string) string
+	// multusDaemonAbsent: no thick Multus's daemon config was found for a
+	// node without Multus's config, and it is not asked for again.
+	multusDaemonAbsent bool
+	locks              *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
+	getenv             func(string) string
 	// nodeTok mints manifold's node-bound token (nodetoken.go); tokenWarned
 	// is the last reason it could not, said once in the log.
 	nodeTok     *nodeTokens
@@ -225,12 +228,20 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 	}
 	// The keys of Multus's config, and in thick Multus its daemon's, that
 	// manifold's config takes (multuskeys.go).
-	if m := in.multus; m != nil {
-		if m.shim {
-			if m.daemon, m.daemonFrom, err = in.multusDaemonConfig(); err != nil {
-				return nil, "", err
-			}
+	if in.multus == nil || in.multus.shim {
+		daemon, from, err := in.multusDaemonConfig(in.multus != nil)
+		if err != nil {
+			return nil, "", err
 		}
+		if in.multus == nil && daemon != nil {
+			// Multus's daemon removed its shim config when it stopped.
+			in.multus = daemonOnlyMultus()
+		}
+		if in.multus != nil {
+			in.multus.daemon, in.multus.daemonFrom = daemon, from
+		}
+	}
+	if m := in.multus; m != nil {
 		m.resolve(in.o)
 		in.logDecisions(m)
 	}
@@ -250,8 +261,12 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 		return nil, "", err
 	}
 	source = filepath.Join(in.o.CNIConfDir, p.Name)
-	if in.multus != nil {
-		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(in.multus.carried(), ",") + "), primary " + source
+	if m := in.multus; m != nil {
+		from := "Multus's config " + filepath.Join(in.o.CNIConfDir, m.file)
+		if m.file == "" {
+			from = "Multus's daemon config (" + m.daemonFrom + ")"
+		}
+		source = from + " (keys " + strings.Join(m.carried(), ",") + "), primary " + source
 	}
 	return data, source, nil
 }
