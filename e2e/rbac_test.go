@@ -106,6 +106,15 @@ func TestServiceAccountPermissions(t *testing.T) {
 		// ServiceAccount; no other.
 		{name: "create manifold's token", verb: "create", resource: "serviceaccounts", subresource: "token", namespace: "kube-system", object: "manifold", allowed: true},
 		{name: "create another account's token", verb: "create", resource: "serviceaccounts", subresource: "token", namespace: "kube-system", object: "default"},
+
+		// Taking over a thick Multus, the installer reads Multus's daemon
+		// ConfigMap by name; no other ConfigMap, no list, no write.
+		{name: "get Multus's daemon ConfigMap", verb: "get", resource: "configmaps", namespace: "kube-system", object: "multus-daemon-config", allowed: true},
+		{name: "get another ConfigMap", verb: "get", resource: "configmaps", namespace: "kube-system", object: "kubeadm-config"},
+		{name: "get Multus's daemon ConfigMap elsewhere", verb: "get", resource: "configmaps", namespace: "some-app", object: "multus-daemon-config"},
+		{name: "list configmaps", verb: "list", resource: "configmaps", namespace: "kube-system"},
+		{name: "watch configmaps", verb: "watch", resource: "configmaps", namespace: "kube-system"},
+		{name: "update Multus's daemon ConfigMap", verb: "update", resource: "configmaps", namespace: "kube-system", object: "multus-daemon-config"},
 		{name: "escalate clusterroles", verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", clusterScope: true},
 		{name: "bind clusterroles", verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", clusterScope: true},
 		{name: "impersonate users", verb: "impersonate", resource: "users", clusterScope: true},

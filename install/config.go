@@ -65,7 +65,7 @@ func generateConfig(p *Primary, o *Options, m *multusConfig) ([]byte, error) {
 		plugin["defaultNetworks"] = o.DefaultNetworks.values
 	}
 	if m != nil {
-		applyMultus(plugin, m, o)
+		applyMultus(plugin, m)
 	}
 	extra, err := o.additional()
 	if err != nil {

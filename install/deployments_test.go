@@ -123,7 +123,9 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		t.Errorf("binding %+v does not bind %s to %+v", binding, role.Name, wantSubject)
 	}
 
-	// The installer's Role: get on the two DaemonSets, in their namespace.
+	// The installer's Role, in its namespace: get on the two DaemonSets, a
+	// token for its ServiceAccount, and get on Multus's daemon ConfigMap,
+	// which must be in that namespace too.
 	if len(objs["Role"]) != 1 || len(objs["RoleBinding"]) != 1 {
 		t.Fatalf("want one Role and one RoleBinding, got %v", objs)
 	}
@@ -132,6 +134,7 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"manifold", "manifold-thick"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{sa.Name}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{multusDaemonName(t)}, Verbs: []string{"get"}},
 	}
 	if ir.Namespace != sa.Namespace || !reflect.DeepEqual(ir.Rules, wantRules) {
 		t.Errorf("Role %s/%s grants %+v, want only %+v in %s", ir.Namespace, ir.Name, ir.Rules, wantRules, sa.Namespace)
@@ -542,4 +545,16 @@ func TestDockerfileBuildsAllBinaries(t *testing.T) {
 	if DefaultShimBinary != "/usr/local/bin/manifold-shim" {
 		t.Errorf("default --shim-binary %q is not where the Dockerfile puts it", DefaultShimBinary)
 	}
+}
+
+// multusDaemonName is the name of the ConfigMap that --multus-daemon-config
+// names by default; the test fails unless it is in kube-system, the
+// installer's Role's namespace.
+func multusDaemonName(t *testing.T) string {
+	t.Helper()
+	namespace, name, _ := DefaultOptions().multusDaemonRef()
+	if namespace != "kube-system" {
+		t.Errorf("--multus-daemon-config defaults to the namespace %s, where the installer's Role grants nothing", namespace)
+	}
+	return name
 }

@@ -133,6 +133,8 @@ func newTestNode(t *testing.T, notify bool) *testNode {
 	o.TokenFile = filepath.Join(n.saDir, "token")
 	o.CAFile = filepath.Join(n.saDir, "ca.crt")
 	o.APIServer = "https://10.96.0.1:443"
+	// No API server here: a test of Multus's daemon config sets it again.
+	o.MultusDaemonConfig = ""
 	o.PrimaryWaitTimeout = time.Minute
 	if notify {
 		o.PollInterval = time.Hour

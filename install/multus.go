@@ -17,32 +17,27 @@ import (
 // (docs/migration.md).
 const MultusDisabledSuffix = ".disabled-by-manifold"
 
-// multusCarried are the keys of Multus's config that mean the same thing in
-// manifold's, carried over as they are. Left out on purpose: "kubeconfig"
-// (Multus's ServiceAccount, which goes away with Multus; manifold writes its
-// own), "binDir" (the installer's --host-cni-bin-dir, where it puts manifold),
-// "logFile" (Multus's file name; --log-file decides), and Multus's own keys
-// that manifold has no use for (socketDir, daemonSocketDir, ...). "cniDir"
-// becomes "multusCNIDir": it is where Multus's records of the running pods are.
-var multusCarried = []string{
-	"clusterNetwork", "defaultNetworks", "delegates", "systemNamespaces", "multusNamespace",
-	"namespaceIsolation", "globalNamespaces", "readinessindicatorfile", "logLevel",
-	"logToStderr", "logOptions", "retryDeleteOnError", "confDir",
-}
-
-// multusNodeKeys are the carried keys that are node paths. In thick mode
-// they are the node daemon's (its --conf-dir and --multus-cni-dir), which
-// refuses a config that names others: Multus's values are not carried there,
-// and the installer says so (multusConfig.notCarried).
-var multusNodeKeys = map[string]string{"confDir": "conf-dir", "multusCNIDir": "multus-cni-dir"}
-
 // multusConfig is what the installer takes from Multus's config.
 type multusConfig struct {
 	file       string         // the file it was read from (maybe already renamed)
 	active     []string       // Multus configs the runtime could still load
-	keys       map[string]any // carried over
+	shim       bool           // its plugin is multus-shim: a thick Multus, whose settings are in its daemon's ConfigMap
+	plugin     map[string]any // the plugin's keys as in the file, with a conflist's cniVersion and name
 	cniVersion string
 	caps       map[string]bool
+
+	// daemon is, for a thick Multus, its daemon's daemon-config.json, whose
+	// keys Multus laid over the file's on every call; daemonFrom says where
+	// it was read (multusdaemon.go).
+	daemon     map[string]any
+	daemonFrom string
+
+	// Filled by resolve (multuskeys.go): the keys manifold's config takes,
+	// what became of each key, and in thick mode the node paths of Multus
+	// that differ from the node daemon's, as "key=value (...)" for the log.
+	keys       map[string]any
+	decisions  []keyDecision
+	notCarried []string
 }
 
 // hasDefault says whether Multus's config names the default network itself.
@@ -119,15 +114,15 @@ func parseMultus(name string, data []byte) (*multusConfig, bool) {
 	if plugin == nil || (plugin["type"] != "multus" && plugin["type"] != "multus-shim") {
 		return nil, false
 	}
-	m := &multusConfig{keys: map[string]any{}, caps: map[string]bool{}}
+	m := &multusConfig{plugin: map[string]any{}, caps: map[string]bool{}, shim: plugin["type"] == "multus-shim"}
 	m.cniVersion, _ = top["cniVersion"].(string)
-	for _, k := range multusCarried {
-		if v, ok := plugin[k]; ok && v != nil && v != "" {
-			m.keys[k] = v
-		}
+	for k, v := range plugin {
+		m.plugin[k] = v
 	}
-	if v, ok := plugin["cniDir"].(string); ok && v != "" {
-		m.keys["multusCNIDir"] = v
+	for _, k := range []string{"cniVersion", "name"} {
+		if _, ok := m.plugin[k]; !ok && top[k] != nil {
+			m.plugin[k] = top[k]
+		}
 	}
 	if caps, ok := plugin["capabilities"].(map[string]any); ok {
 		for c, on := range caps {
@@ -139,26 +134,20 @@ func parseMultus(name string, data []byte) (*multusConfig, bool) {
 	return m, true
 }
 
-// applyMultus puts Multus's keys into manifold's plugin config. A flag the
-// admin set to something other than its default wins over Multus's value;
-// --additional-config, applied after, wins over both. In thick mode the node
-// keys stay the daemon's.
-func applyMultus(plugin map[string]any, m *multusConfig, o *Options) {
-	def := DefaultOptions()
-	flagSet := map[string]bool{
-		"logLevel":               o.LogLevel != def.LogLevel,
-		"globalNamespaces":       o.GlobalNamespaces != "",
-		"multusNamespace":        o.MultusNamespace != "",
-		"readinessindicatorfile": o.ReadinessIndicatorFile != "",
-		"namespaceIsolation":     o.NamespaceIsolation,
-		"systemNamespaces":       o.SystemNamespaces.set,
-		"defaultNetworks":        len(o.DefaultNetworks.values) > 0,
-		"confDir":                o.ConfDir != "",
-		"multusCNIDir":           o.MultusCNIDir != "",
-	}
-	for _, k := range m.carried(o) {
-		if !flagSet[k] {
-			plugin[k] = m.keys[k]
+// daemonOnlyMultus stands for a thick Multus whose shim config is gone
+// (Multus's daemon removes it when it stops) but whose daemon's config is
+// there: its settings are taken over all the same. Its primary is the one
+// the installer finds, as Multus's "auto" mode found it.
+func daemonOnlyMultus() *multusConfig {
+	return &multusConfig{shim: true, plugin: map[string]any{}, caps: map[string]bool{}}
+}
+
+// applyMultus puts the keys resolve chose into manifold's plugin config;
+// --additional-config, applied after, wins over them.
+func applyMultus(plugin map[string]any, m *multusConfig) {
+	for k, v := range m.keys {
+		if k != "cniVersion" && k != "capabilities" {
+			plugin[k] = v
 		}
 	}
 	if m.keys["clusterNetwork"] == nil && m.keys["delegates"] != nil {
@@ -173,6 +162,15 @@ func applyMultus(plugin map[string]any, m *multusConfig, o *Options) {
 // multusPrimary is the primary for a Multus config that names its default
 // network itself: its cniVersion and capabilities are what the runtime used.
 func multusPrimary(m *multusConfig) (*Primary, error) {
+	if m.file == "" {
+		// A thick Multus's daemon config alone: the runtime read no config
+		// of Multus's, and the daemon's cniVersion is what Multus wrote.
+		v, _ := m.daemon["cniVersion"].(string)
+		if v == "" {
+			return nil, fmt.Errorf("the daemon config of Multus (%s) names the default network but has no cniVersion", m.daemonFrom)
+		}
+		return &Primary{Name: "Multus's daemon config", CNIVersion: v, Capabilities: m.caps}, nil
+	}
 	if m.cniVersion == "" {
 		return nil, fmt.Errorf("the Multus config %s has no cniVersion", m.file)
 	}
@@ -180,35 +178,9 @@ func multusPrimary(m *multusConfig) (*Primary, error) {
 }
 
 // carried are the names of the keys that manifold's config takes from
-// Multus's, sorted: in thick mode, not the node paths.
-func (m *multusConfig) carried(o *Options) []string {
-	var out []string
-	for _, k := range sortedKeyNames(m.keys) {
-		if _, isNodeKey := multusNodeKeys[k]; !isNodeKey || !o.thick() {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// notCarried are, in thick mode, Multus's node keys whose values differ from
-// the node daemon's, as "key=value" pairs with the daemon's flag: the
-// takeover's log says what it did not carry, and what to do about it.
-func (m *multusConfig) notCarried(o *Options) []string {
-	node := o.daemonPaths()
-	if m == nil || node == nil {
-		return nil
-	}
-	daemon := map[string]string{"confDir": node.ConfDir, "multusCNIDir": node.MultusCNIDir}
-	var out []string
-	for _, k := range sortedKeyNames(m.keys) {
-		flag, isNodeKey := multusNodeKeys[k]
-		v, _ := m.keys[k].(string)
-		if isNodeKey && filepath.Clean(v) != filepath.Clean(daemon[k]) {
-			out = append(out, fmt.Sprintf("%s=%s (the daemon's --%s is %s)", k, v, flag, daemon[k]))
-		}
-	}
-	return out
+// Multus's, sorted.
+func (m *multusConfig) carried() []string {
+	return sortedKeyNames(m.keys)
 }
 
 // disableMultus renames every Multus config the runtime could still load, once
@@ -218,7 +190,7 @@ func (in *installer) disableMultus(m *multusConfig) error {
 	if m == nil {
 		return nil
 	}
-	if nc := m.notCarried(in.o); len(nc) > 0 && len(m.active) > 0 {
+	if nc := m.notCarried; len(nc) > 0 && len(m.active) > 0 {
 		in.log.Warn("taking the node over from Multus in thick mode: Multus's node paths are not carried, the node daemon's flags decide; "+
 			"to keep using them, give both the installer and the daemon --conf-dir and --multus-cni-dir with Multus's values, and mount them in the daemon (docs/migration.md)",
 			"notCarried", strings.Join(nc, ", "))
@@ -232,19 +204,10 @@ func (in *installer) disableMultus(m *multusConfig) error {
 			continue
 		}
 		in.log.Info("took the node over from Multus: moved its config out of the runtime's way", "from", from, "to", to,
-			"carriedOver", strings.Join(m.carried(in.o), ","))
+			"carriedOver", strings.Join(m.carried(), ","))
 	}
 	if len(errs) == 0 && len(m.active) > 0 {
 		errs = append(errs, syncDir(in.o.CNIConfDir))
 	}
 	return errors.Join(errs...)
-}
-
-func sortedKeyNames(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -61,6 +61,10 @@ type Options struct {
 	SystemNamespaces       listFlag
 	DefaultNetworks        listFlag
 	AdditionalConfig       string // a JSON object merged into the plugin config last
+	// MultusDaemonConfig is the thick Multus daemon's ConfigMap, as
+	// namespace/name, read when the node being taken over runs a thick
+	// Multus (multusdaemon.go); empty turns the read off.
+	MultusDaemonConfig string
 
 	// noNotify turns fsnotify off, so tests can cover the poll fallback.
 	noNotify bool
@@ -111,6 +115,7 @@ func DefaultOptions() *Options {
 		CAFile:             "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
 		CNIDir:             "/var/lib/cni/manifold",
 		LogLevel:           "error",
+		MultusDaemonConfig: DefaultMultusDaemonConfig,
 	}
 }
 
@@ -167,6 +172,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.ReadinessIndicatorFile, "readiness-indicator-file", o.ReadinessIndicatorFile, "manifold's readinessindicatorfile (a host path)")
 	fs.Var(&o.SystemNamespaces, "system-namespaces", "manifold's systemNamespaces (comma-separated; empty for none)")
 	fs.Var(&o.DefaultNetworks, "default-networks", "manifold's defaultNetworks (comma-separated)")
+	fs.StringVar(&o.MultusDaemonConfig, "multus-daemon-config", o.MultusDaemonConfig, "taking over a node of a thick Multus: its daemon's ConfigMap (namespace/name), whose daemon-config.json holds its settings; empty: go without them")
 	fs.StringVar(&o.AdditionalConfig, "additional-config", o.AdditionalConfig, "a JSON object merged into the generated plugin config last, e.g. '{\"retryDeleteOnError\":true}'")
 }
 
@@ -213,6 +219,9 @@ func (o *Options) validate() error {
 		if len(o.DaemonSocket) > maxSocketPath {
 			return fmt.Errorf("flag --daemon-socket %q is longer than the %d bytes a unix socket path may have", o.DaemonSocket, maxSocketPath)
 		}
+	}
+	if err := o.validateMultusDaemonRef(); err != nil {
+		return err
 	}
 	if o.PollInterval <= 0 {
 		return fmt.Errorf("flag --poll-interval %s must be positive", o.PollInterval)

@@ -34,8 +34,17 @@ type installer struct {
 	// multus is Multus's config found in the conf dir by the last reconcile
 	// (a node being taken over from Multus); nil when there is none.
 	multus *multusConfig
-	locks  *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
-	getenv func(string) string
+	// multusLogged sums up the decisions on Multus's keys last logged, so
+	// that they are logged once per change; multusDaemon is the thick Multus
+	// daemon's config once read, and multusDaemonFrom where from.
+	multusLogged     string
+	multusDaemon     map[string]any
+	multusDaemonFrom string
+	// multusDaemonAbsent: no thick Multus's daemon config was found for a
+	// node without Multus's config, and it is not asked for again.
+	multusDaemonAbsent bool
+	locks              *nodeLocks // tell a DaemonSet upgrade from an uninstall on shutdown
+	getenv             func(string) string
 	// nodeTok mints manifold's node-bound token (nodetoken.go); tokenWarned
 	// is the last reason it could not, said once in the log.
 	nodeTok     *nodeTokens
@@ -217,6 +226,25 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 		}
 		return data, in.o.ConfigFile, nil
 	}
+	// The keys of Multus's config, and in thick Multus its daemon's, that
+	// manifold's config takes (multuskeys.go).
+	if in.multus == nil || in.multus.shim {
+		daemon, from, err := in.multusDaemonConfig(in.multus != nil)
+		if err != nil {
+			return nil, "", err
+		}
+		if in.multus == nil && daemon != nil {
+			// Multus's daemon removed its shim config when it stopped.
+			in.multus = daemonOnlyMultus()
+		}
+		if in.multus != nil {
+			in.multus.daemon, in.multus.daemonFrom = daemon, from
+		}
+	}
+	if m := in.multus; m != nil {
+		m.resolve(in.o)
+		in.logDecisions(m)
+	}
 	var p *Primary
 	if in.multus.hasDefault() {
 		// Multus's config names the default network itself: it is the one
@@ -233,8 +261,12 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 		return nil, "", err
 	}
 	source = filepath.Join(in.o.CNIConfDir, p.Name)
-	if in.multus != nil {
-		source = "Multus's config " + filepath.Join(in.o.CNIConfDir, in.multus.file) + " (keys " + strings.Join(in.multus.carried(in.o), ",") + "), primary " + source
+	if m := in.multus; m != nil {
+		from := "Multus's config " + filepath.Join(in.o.CNIConfDir, m.file)
+		if m.file == "" {
+			from = "Multus's daemon config (" + m.daemonFrom + ")"
+		}
+		source = from + " (keys " + strings.Join(m.carried(), ",") + "), primary " + source
 	}
 	return data, source, nil
 }
