@@ -212,6 +212,22 @@ func crioReboot(e *criEnv) {
 	for _, sb := range sbs {
 		t.Logf("sandbox %s after the reboot: %d DELs, %d CHECKs", sb.id[:12], e.logLines("DEL done", sb.id), e.logLines("CHECK done", sb.id))
 		e.stopRemove(sb)
+	}
+	if left := e.leftovers(); len(left) > 0 {
+		// Seen in about one run of three: CRI-O "could not restore" a
+		// sandbox whose netns the reboot took, deleted it, and its GC at
+		// that start still counted it valid, so nothing DELed it; its next
+		// start's GC does (docs/runtimes.md).
+		t.Logf("after the reboot, CRI-O left %d files of sandboxes it could not restore; restarting it for its GC", len(left))
+		gcs = e.logLines("GC done", "")
+		c.Kill()
+		if err := c.Restart(e.ctx()); err != nil {
+			t.Fatal(err)
+		}
+		e.waitNetworkReady(true)
+		e.waitLogLines("GC done", "", gcs+1)
+	}
+	for _, sb := range sbs {
 		e.checkGone(sb.id)
 	}
 	e.checkNodeEmpty()
