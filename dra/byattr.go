@@ -103,10 +103,13 @@ func (a *assigner) attrShortage(reqs []Request, i int, names []string) error {
 	for _, cand := range a.byAttr[r.Attr] {
 		devs = append(devs, cand.result.Driver+"/"+cand.result.Pool+"/"+cand.result.Device)
 	}
-	had := fmt.Sprintf("the pod's DRA devices whose %s is %q (or that its extended-resource claim serves under that name) are %d (%s)",
-		AttrCNIResourceName, r.Attr, len(devs), strings.Join(devs, ", "))
+	had := fmt.Sprintf("the pod has no DRA device whose %s is %q, nor one its extended-resource claim serves under that name", AttrCNIResourceName, r.Attr)
+	if len(devs) > 0 {
+		had = fmt.Sprintf("the pod has %d DRA device(s) whose %s is %q, or that its extended-resource claim serves under that name (%s)",
+			len(devs), AttrCNIResourceName, r.Attr, strings.Join(devs, ", "))
+	}
 	if netconf.IsDevicePluginResource(r.Attr) {
-		had += fmt.Sprintf(", besides the %d device-plugin device(s) the kubelet gave it (%s)", len(r.PluginDevices), strings.Join(r.PluginDevices, ", "))
+		had += fmt.Sprintf("; the kubelet gave it %d device-plugin device(s) of that resource, which other networks took (%s)", len(r.PluginDevices), strings.Join(r.PluginDevices, ", "))
 	}
 	if r.DeviceID != "" {
 		return netconf.Invalid("network %s: deviceID %q is not one of the devices of resourceName %q of pod %s/%s, or another network took it: %s",

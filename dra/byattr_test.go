@@ -121,7 +121,7 @@ func TestAssignByAttribute(t *testing.T) {
 		if netconf.Code(err) != 7 {
 			t.Fatalf("error %v, want code 7", err)
 		}
-		for _, s := range []string{`resourceName "intel.com/sriov_vf" of pod ns/p`, "2 network(s)", "are 0 ()", "besides the 1 device-plugin device(s) the kubelet gave it (0000:05:00.1)"} {
+		for _, s := range []string{`resourceName "intel.com/sriov_vf" of pod ns/p`, "2 network(s)", `the pod has no DRA device whose k8s.cni.cncf.io/resourceName is "intel.com/sriov_vf"`, "the kubelet gave it 1 device-plugin device(s) of that resource, which other networks took (0000:05:00.1)"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q does not say %q", err, s)
 			}
@@ -135,7 +135,7 @@ func TestAssignByAttribute(t *testing.T) {
 	t.Run("too few", func(t *testing.T) {
 		reqs := []Request{byAttr(0, "sriov_nic_2"), byAttr(1, "sriov_nic_2")}
 		_, err := Assign(pod, reqs, claimsOf(s1, s2, gpu), sl, nil)
-		if netconf.Code(err) != 7 || !strings.Contains(err.Error(), "2 network(s) draw a device of it (ns/neta as net1, ns/netb as net2)") || !strings.Contains(err.Error(), "are 1 ("+drv+"/node1/vf-7)") {
+		if netconf.Code(err) != 7 || !strings.Contains(err.Error(), "2 network(s) draw a device of it (ns/neta as net1, ns/netb as net2)") || !strings.Contains(err.Error(), "the pod has 1 DRA device(s) whose k8s.cni.cncf.io/resourceName is \"sriov_nic_2\", or that its extended-resource claim serves under that name ("+drv+"/node1/vf-7)") {
 			t.Errorf("two networks, one device: %v", err)
 		}
 	})
