@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
@@ -133,8 +134,9 @@ func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.Resourc
 // draPod creates a pod with the given claims (pod claim name: ResourceClaim
 // name; a name starting with "tmpl:" is a claim made from a template, whose
 // ResourceClaim the pod's status names, as the controller writes it), and
-// reserves each claim for it.
-func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]string) *corev1.Pod {
+// reserves each claim for it; edit, if given, changes the pod before it is
+// created.
+func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]string, edit ...func(*corev1.Pod)) *corev1.Pod {
 	e.t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("pod-"), Namespace: e.ns, Annotations: annotations},
@@ -155,6 +157,9 @@ func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]stri
 			c.ResourceClaimName = &name
 		}
 		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, c)
+	}
+	for _, f := range edit {
+		f(p)
 	}
 	p, err := e.k8s.CoreV1().Pods(e.ns).Create(e.ctx(), p, metav1.CreateOptions{})
 	if err != nil {
@@ -413,7 +418,10 @@ func TestDRA(t *testing.T) {
 			// which has no resourceName attribute; the mapping says it all.
 			ext := fmt.Sprintf("pod-extended-resources-%d", i)
 			e.draClaim(ext, "container-0-request-0:nic-0")
-			pod := e.draPod(map[string]string{annotNetworks: "dra-ext"}, nil)
+			pod := e.draPod(map[string]string{annotNetworks: "dra-ext"}, nil, func(p *corev1.Pod) {
+				one := corev1.ResourceList{"example.com/nic": resource.MustParse("1")}
+				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: one, Limits: one}
+			})
 			pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: ext,
 				RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "pause", ResourceName: "example.com/nic", RequestName: "container-0-request-0"}}}
 			pod, err := e.k8s.CoreV1().Pods(e.ns).UpdateStatus(e.ctx(), pod, metav1.UpdateOptions{})
