@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/e2e/crinode"
@@ -100,6 +101,7 @@ func nodeDRACases(t *testing.T, daemon bool) {
 		{"one NIC", draOneNIC},
 		{"two claims, one with two requests", draTwoClaims},
 		{"by the devices' resourceName", draByResourceName},
+		{"an extended resource", draExtendedResource},
 		{"too few devices", draTooFew},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(&draNode{kubeNode: n.sub(t), driver: d, class: name, macs: dn.macs}) }) {
@@ -441,6 +443,55 @@ func draByResourceName(n *draNode) {
 	n.deleteAndWait(p)
 	n.waitEmpty()
 	n.checkReleased(rcs, want["net2"], want["net3"])
+}
+
+// A pod that asks for an extended resource that a DeviceClass backs with
+// DRA (<class>/nic, with no device plugin of that name) gets a NIC from the
+// claim the scheduler makes for it; a NAD whose resourceName is that
+// extended resource attaches that very NIC, found through the pod's
+// status.extendedResourceClaimStatus.
+func draExtendedResource(n *draNode) {
+	t := n.t
+	res := n.class + "/nic"
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "ext." + n.class}, Spec: resourcev1.DeviceClassSpec{
+		Selectors:            []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", n.class)}}},
+		ExtendedResourceName: &res}}
+	if _, err := n.k8s.ResourceV1().DeviceClasses().Create(n.ctx(), dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.k8s.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{})
+	})
+	n.hostDeviceNAD("dra-ext", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": res})
+	grace := int64(1)
+	one := corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("dra-"), Namespace: n.ns, Annotations: map[string]string{annotNetworks: "dra-ext"}},
+		Spec: corev1.PodSpec{
+			DNSPolicy: corev1.DNSDefault, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "app", Image: crinode.ImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{crinode.Pause},
+				Resources: corev1.ResourceRequirements{Requests: one, Limits: one}}},
+		},
+	}
+	p, err := n.k8s.CoreV1().Pods(n.ns).Create(n.ctx(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	p = n.waitRunning(p)
+	ext := p.Status.ExtendedResourceClaimStatus
+	if ext == nil || len(ext.RequestMappings) != 1 || ext.RequestMappings[0].ResourceName != res {
+		t.Fatalf("the pod's extendedResourceClaimStatus %+v, want one mapping of %s", ext, res)
+	}
+	rc, err := n.k8s.ResourceV1().ResourceClaims(n.ns).Get(n.ctx(), ext.ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcs := map[string]*resourcev1.ResourceClaim{"extended": rc}
+	nic := n.nicOf(rc, ext.RequestMappings[0].RequestName)
+	n.checkAttached(p, rcs, map[string]int{"net2": nic})
+	n.deleteAndWait(p)
+	n.waitEmpty()
+	n.checkReleased(rcs, nic)
 }
 
 // A pod with more networks on a claim than it has devices does not start:

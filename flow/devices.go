@@ -101,9 +101,13 @@ func drawsPluginDevice(att *netconf.Attachment) bool {
 // pluginLeft are the networks on device-plugin resources that the
 // kubelet's devices did not cover (by index in the attachments), and the
 // devices of each resource that the others took, for messages.
+// kubeletErr is set when the kubelet could not be asked: then every such
+// network is left, and the error is the answer unless the pod's DRA
+// devices serve them all.
 type pluginLeft struct {
-	networks map[int]bool
-	taken    map[string][]string
+	networks   map[int]bool
+	taken      map[string][]string
+	kubeletErr error
 }
 
 // assignPluginDevices gives each network that draws from a device-plugin
@@ -114,7 +118,8 @@ type pluginLeft struct {
 // own devices of that resource: never another pod's. The networks left
 // over (more of them than devices, or an explicit deviceID that is not
 // the kubelet's) draw from the pod's DRA devices of that resourceName
-// (assignClaims), which fails them if there are none.
+// (assignClaims), which fails them if there are none. A kubelet that
+// cannot answer leaves them all, with its error.
 func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachment) (pluginLeft, error) {
 	left := pluginLeft{networks: map[int]bool{}, taken: map[string][]string{}}
 	var wanted []string // the resources that some network draws from
@@ -128,7 +133,13 @@ func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachm
 	}
 	answer, err := k.ask(ctx)
 	if err != nil {
-		return left, err
+		left.kubeletErr = err
+		for i := range atts {
+			if namesPluginResource(&atts[i]) {
+				left.networks[i] = true
+			}
+		}
+		return left, nil
 	}
 	pools := map[string][]string{}
 	for res, ids := range answer.Devices {

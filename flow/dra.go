@@ -55,6 +55,16 @@ func claimRequests(atts []netconf.Attachment, left pluginLeft) ([]dra.Request, e
 // on the node; the kubelet only when a device has no attribute that names
 // it. A pod that draws no DRA device reads nothing.
 func (p *Plugin) assignClaims(ctx context.Context, c *call, pc *podContext, k *kubelet, atts []netconf.Attachment, left pluginLeft) error {
+	err := p.drawClaims(ctx, c, pc, k, atts, left)
+	if err != nil && left.kubeletErr != nil {
+		// The networks on a device plugin's resource needed the kubelet.
+		return netconf.TryAgainLater("%v; and the pod's DRA devices do not serve its networks: %v", left.kubeletErr, err)
+	}
+	return err
+}
+
+// drawClaims is assignClaims, but for the kubelet's error.
+func (p *Plugin) drawClaims(ctx context.Context, c *call, pc *podContext, k *kubelet, atts []netconf.Attachment, left pluginLeft) error {
 	reqs, err := claimRequests(atts, left)
 	if err != nil || len(reqs) == 0 {
 		return err

@@ -2,7 +2,9 @@ package flow
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/manifold-cni/manifold/dra"
@@ -111,6 +113,21 @@ func TestAssignByResourceName(t *testing.T) {
 		}
 		if atts[0].DeviceID != "0000:05:00.1" || api.podReads != 0 || len(api.claimReads) != 0 || len(api.sliceLists) != 0 {
 			t.Errorf("deviceID %q, reads: pod %d, claims %v, slices %v; want the kubelet's device and no reads", atts[0].DeviceID, api.podReads, api.claimReads, api.sliceLists)
+		}
+	})
+
+	t.Run("a kubelet that cannot answer", func(t *testing.T) {
+		// No socket and no checkpoint: the pod's DRA devices of the name
+		// still serve it; a pod they do not serve gets the kubelet's error.
+		absent := filepath.Join(t.TempDir(), "absent")
+		atts := []netconf.Attachment{netWith(t, "hd1", hostDeviceNet, "net1")}
+		if err := p.assignDevices(context.Background(), deviceCall(t, absent+".sock", absent), notRead(sriovAPI()), atts); err != nil || atts[0].DeviceID != "0000:08:00.2" {
+			t.Errorf("error %v, deviceID %q; want the DRA device 0000:08:00.2", err, atts[0].DeviceID)
+		}
+		atts = []netconf.Attachment{netWith(t, "a", "intel.com/sriov_vf", "net1")}
+		err := p.assignDevices(context.Background(), deviceCall(t, absent+".sock", absent), notRead(sriovAPI()), atts)
+		if netconf.Code(err) != 11 || !strings.Contains(err.Error(), "ask the kubelet") {
+			t.Errorf("error %v, want code 11 with the kubelet's error", err)
 		}
 	})
 
