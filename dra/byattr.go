@@ -125,6 +125,7 @@ func (a *assigner) attrShortage(reqs []Request, i int, names []string) error {
 	if !netconf.IsDevicePluginResource(r.Attr) {
 		hint = fmt.Sprintf("; nor is it a claim of the pod (its claims: %s)", pod.claimNames())
 	}
+	// With a domain, the networks that took the kubelet's devices draw too.
 	return netconf.Invalid("resourceName %q of pod %s/%s: %d network(s) draw a device of it (%s), and %s%s",
-		r.Attr, pod.Namespace, pod.Name, len(drawing), strings.Join(drawing, ", "), had, hint)
+		r.Attr, pod.Namespace, pod.Name, len(drawing)+len(r.PluginDevices), strings.Join(drawing, ", "), had, hint)
 }

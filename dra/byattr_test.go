@@ -121,7 +121,7 @@ func TestAssignByAttribute(t *testing.T) {
 		if netconf.Code(err) != 7 {
 			t.Fatalf("error %v, want code 7", err)
 		}
-		for _, s := range []string{`resourceName "intel.com/sriov_vf" of pod ns/p`, "2 network(s)", `the pod has no DRA device whose k8s.cni.cncf.io/resourceName is "intel.com/sriov_vf"`, "the kubelet gave it 1 device-plugin device(s) of that resource, which other networks took (0000:05:00.1)"} {
+		for _, s := range []string{`resourceName "intel.com/sriov_vf" of pod ns/p`, "3 network(s)", `the pod has no DRA device whose k8s.cni.cncf.io/resourceName is "intel.com/sriov_vf"`, "the kubelet gave it 1 device-plugin device(s) of that resource, which other networks took (0000:05:00.1)"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q does not say %q", err, s)
 			}
