@@ -35,51 +35,61 @@ type candidate struct {
 type Kubelet func() ([]KubeletClaim, error)
 
 // Assign gives each request one device of the claim (and request) it
-// names, distinct devices for distinct requests:
+// names, or one of the pod's devices by attribute (byattr.go), distinct
+// devices for distinct requests:
 //   - a request with an explicit deviceID first, which must be one of the
 //     devices it names (its deviceID as manifold hands it, or its DRA name):
 //     a pod's author cannot reach a device of another pod this way;
 //   - then the requests that name a request of a claim, then those that
-//     name a whole claim, each group in attachment order, so that a broad
-//     request never takes the device a narrow one needed;
+//     name a whole claim, then those by attribute, each group in attachment
+//     order, so that a broad request never takes the device a narrow one
+//     needed;
 //   - each takes the first free device in the order of the claim's
-//     allocation results, which every reader of the claim agrees on.
+//     allocation results, which every reader of the claim agrees on; by
+//     attribute, in the order of their deviceIDs.
 //
-// claims maps each ResourceClaim's name to it. Devices allocated with
-// adminAccess are nobody's to move, and are never given. Too few devices,
-// an unknown device, or an attribute the device keys name that the device
-// lacks, are code-7 errors naming the networks; kubelet's error is
-// returned as it is.
+// claims maps each ResourceClaim's name to it: those the requests name,
+// and all of the pod's when one draws by attribute (Pod.ClaimsToRead).
+// Devices allocated with adminAccess are nobody's to move, and are never
+// given. Too few devices, an unknown device, or an attribute the device
+// keys name that the device lacks, are code-7 errors naming the networks;
+// kubelet's error is returned as it is.
 func Assign(pod *Pod, reqs []Request, claims map[string]*Claim, slices *Slices, kubelet Kubelet) ([]Device, error) {
-	a := &assigner{slices: slices, kubelet: kubelet}
-	pools := map[string][]*candidate{} // by ResourceClaim name
+	a := &assigner{pod: pod, slices: slices, kubelet: kubelet, pools: map[string][]*candidate{}, byAttr: map[string][]*candidate{}}
+	for i := range pod.Claims { // each claim's name in the pod
+		if c := claims[pod.Claims[i].ClaimName]; c != nil && c.PodClaim == "" {
+			c.PodClaim = pod.Claims[i].Name
+		}
+	}
+	for _, name := range a.claimOrder(claims) {
+		for _, res := range claims[name].RC.Status.Allocation.Devices.Results {
+			if res.AdminAccess != nil && *res.AdminAccess {
+				continue
+			}
+			a.pools[name] = append(a.pools[name], &candidate{claim: claims[name], result: res})
+		}
+	}
 	out := make([]Device, len(reqs))
-	names := make([]string, len(reqs))
+	names := make([]string, len(reqs)) // "" for a request by attribute
 	for i := range reqs {
-		podClaim, name, err := pod.Resolve(&reqs[i])
+		name, byAttr, err := pod.Target(&reqs[i])
 		if err != nil {
 			return nil, err
 		}
-		c := claims[name]
-		if c == nil {
+		if !byAttr && claims[name] == nil {
 			return nil, netconf.Invalid("network %s: ResourceClaim %s/%s was not read", &reqs[i], pod.Namespace, name)
 		}
-		c.PodClaim = podClaim
 		names[i] = name
-		if _, ok := pools[name]; !ok {
-			for _, res := range c.RC.Status.Allocation.Devices.Results {
-				if res.AdminAccess != nil && *res.AdminAccess {
-					continue
-				}
-				pools[name] = append(pools[name], &candidate{claim: c, result: res})
-			}
-		}
 	}
-	for _, i := range assignOrder(reqs) {
+	for _, i := range assignOrder(reqs, names) {
 		r := &reqs[i]
+		pool, err := a.pool(r, names[i])
+		if err != nil {
+			return nil, err
+		}
 		var picked *candidate
-		for _, cand := range pools[names[i]] {
-			if cand.taken || !matchesRequest(cand.result.Request, r.Ref.Request) {
+		for _, cand := range pool {
+			if cand.taken || (names[i] != "" && !matchesRequest(cand.result.Request, r.Ref.Request)) {
 				continue
 			}
 			if r.DeviceID != "" && r.DeviceID != cand.result.Device {
@@ -95,7 +105,10 @@ func Assign(pod *Pod, reqs []Request, claims map[string]*Claim, slices *Slices, 
 			break
 		}
 		if picked == nil {
-			return nil, a.shortage(pod, reqs, i, names, pools)
+			if names[i] == "" {
+				return nil, a.attrShortage(reqs, i, names)
+			}
+			return nil, a.shortage(reqs, i, names)
 		}
 		picked.taken = true
 		d, err := a.describe(picked, r)
@@ -107,22 +120,38 @@ func Assign(pod *Pod, reqs []Request, claims map[string]*Claim, slices *Slices, 
 	return out, nil
 }
 
-// assigner is one Assign: what it knows of devices, and the kubelet's
-// answer once asked.
+// assigner is one Assign: what it knows of devices, the candidates of each
+// claim and of each resourceName, and the kubelet's answer once asked.
 type assigner struct {
+	pod     *Pod
 	slices  *Slices
 	kubelet Kubelet
-	cdi     map[string][]string // by claim ns/name and device; nil until asked
+	order   []string                // the claims, in the pod's order
+	pools   map[string][]*candidate // by ResourceClaim name
+	byAttr  map[string][]*candidate // by resourceName, built when first drawn from
+	cdi     map[string][]string     // by claim ns/name and device; nil until asked
+}
+
+// pool is what r draws from: its claim's devices, or the pod's devices of
+// its resourceName.
+func (a *assigner) pool(r *Request, claim string) ([]*candidate, error) {
+	if claim != "" {
+		return a.pools[claim], nil
+	}
+	return a.attrPool(r.Attr)
 }
 
 // assignOrder is the order in which requests pick: explicit devices, then
-// named requests, then whole claims, each in attachment order.
-func assignOrder(reqs []Request) []int {
-	rank := func(r *Request) int {
+// named requests, then whole claims, then by attribute, each in attachment
+// order. names[i] is "" for a request by attribute.
+func assignOrder(reqs []Request, names []string) []int {
+	rank := func(i int) int {
 		switch {
-		case r.DeviceID != "":
+		case reqs[i].DeviceID != "":
 			return 0
-		case r.Ref.Request != "":
+		case names[i] == "":
+			return 3
+		case reqs[i].Ref.Request != "":
 			return 1
 		}
 		return 2
@@ -131,7 +160,7 @@ func assignOrder(reqs []Request) []int {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return rank(&reqs[a]) - rank(&reqs[b]) })
+	slices.SortStableFunc(order, func(x, y int) int { return rank(x) - rank(y) })
 	return order
 }
 
@@ -143,8 +172,8 @@ func matchesRequest(result, named string) bool {
 
 // shortage explains why request i found no device: the pod's networks that
 // draw from the same claim and request, and the devices allocated for them.
-func (a *assigner) shortage(pod *Pod, reqs []Request, i int, names []string, pools map[string][]*candidate) error {
-	r := &reqs[i]
+func (a *assigner) shortage(reqs []Request, i int, names []string) error {
+	pod, r := a.pod, &reqs[i]
 	var drawing []string
 	for j := range reqs {
 		if names[j] == names[i] && reqs[j].Ref.Request == r.Ref.Request {
@@ -152,7 +181,7 @@ func (a *assigner) shortage(pod *Pod, reqs []Request, i int, names []string, poo
 		}
 	}
 	var devs []string
-	for _, cand := range pools[names[i]] {
+	for _, cand := range a.pools[names[i]] {
 		if matchesRequest(cand.result.Request, r.Ref.Request) {
 			devs = append(devs, cand.result.Device)
 		}

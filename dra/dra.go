@@ -10,6 +10,7 @@ package dra
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -28,6 +29,10 @@ const (
 	// AttrCNIDeviceID is the attribute that Multus (after v4.3.0) reads as a
 	// DRA device's deviceID.
 	AttrCNIDeviceID = "k8s.cni.cncf.io/deviceID"
+	// AttrCNIResourceName is the attribute that names a device's resource
+	// as a NAD's k8s.v1.cni.cncf.io/resourceName does (Multus after v4.3.0,
+	// and the SR-IOV DRA driver in its MULTUS mode publish it).
+	AttrCNIResourceName = "k8s.cni.cncf.io/resourceName"
 )
 
 // KubeletClaim is a claim as the kubelet's PodResources API reports it
@@ -61,6 +66,13 @@ type Request struct {
 	// name of a ResourceClaim of the pod, as Multus v4.3.0 compares it.
 	Ref    netconf.ClaimRef
 	Multus bool
+	// Attr is the NAD's resourceName when the network may draw a device by
+	// its attribute AttrCNIResourceName (byattr.go): always, when Ref names
+	// no claim; else only when Ref names no claim of the pod.
+	Attr string
+	// PluginDevices are the device-plugin devices of Attr that the kubelet
+	// gave the pod and other networks took, for messages.
+	PluginDevices []string
 	// DeviceID is the device the pod's selection asked for; "" for any.
 	DeviceID string
 	// Keys are the NAD's device keys (netconf.AnnotDeviceKeys); nil for the
@@ -79,10 +91,11 @@ func (r *Request) source() string {
 }
 
 // Pod is what the matching knows of the pod: its claims, with the names
-// of their ResourceClaims.
+// of their ResourceClaims, and the claim made for its extended resources.
 type Pod struct {
 	Namespace, Name, UID string
 	Claims               []k8sclient.PodResourceClaim
+	Extended             *k8sclient.ExtendedResourceClaim
 }
 
 // Resolve finds the claim of the pod that r names, and returns its name in
@@ -91,6 +104,41 @@ type Pod struct {
 // it, the name of one of the pod's ResourceClaims; a name that is both (of
 // two different claims) is refused rather than guessed. Errors have code 7.
 func (p *Pod) Resolve(r *Request) (podClaim, claimName string, err error) {
+	c, err := p.find(r)
+	if err != nil {
+		return "", "", err
+	}
+	if c == nil {
+		return "", "", netconf.Invalid("network %s: %s is not a claim of pod %s/%s (its claims: %s)%s", r, r.source(), p.Namespace, p.Name, p.claimNames(), multusHint(r))
+	}
+	if c.ClaimName == "" {
+		return "", "", netconf.Invalid("network %s: claim %q of pod %s/%s has no ResourceClaim", r, c.Name, p.Namespace, p.Name)
+	}
+	return c.Name, c.ClaimName, nil
+}
+
+// Target is what r draws from: the ResourceClaim it names (Resolve), or,
+// with byAttr set, any device of the pod by attribute: a request with no
+// claim, or whose resourceName names no claim of the pod.
+func (p *Pod) Target(r *Request) (claimName string, byAttr bool, err error) {
+	if r.Ref.Claim == "" {
+		return "", r.Attr != "", nil
+	}
+	if r.Attr != "" {
+		c, err := p.find(r)
+		if err != nil {
+			return "", false, err
+		}
+		if c == nil {
+			return "", true, nil
+		}
+	}
+	_, name, err := p.Resolve(r)
+	return name, false, err
+}
+
+// find is the claim of the pod that r names, nil for none.
+func (p *Pod) find(r *Request) (*k8sclient.PodResourceClaim, error) {
 	var byPod, byObject *k8sclient.PodResourceClaim
 	for i := range p.Claims {
 		c := &p.Claims[i]
@@ -101,18 +149,50 @@ func (p *Pod) Resolve(r *Request) (podClaim, claimName string, err error) {
 			byObject = c
 		}
 	}
-	switch {
-	case byPod != nil && byObject != nil && byPod != byObject:
-		return "", "", netconf.Invalid("network %s: %s names claim %q of the pod and also ResourceClaim %s of its claim %q; name one with %s", r, r.source(), byPod.Name, byObject.ClaimName, byObject.Name, netconf.AnnotResourceClaim)
-	case byPod == nil && byObject == nil:
-		return "", "", netconf.Invalid("network %s: %s is not a claim of pod %s/%s (its claims: %s)%s", r, r.source(), p.Namespace, p.Name, p.claimNames(), multusHint(r))
-	case byPod == nil:
+	if byPod != nil && byObject != nil && byPod != byObject {
+		return nil, netconf.Invalid("network %s: %s names claim %q of the pod and also ResourceClaim %s of its claim %q; name one with %s", r, r.source(), byPod.Name, byObject.ClaimName, byObject.Name, netconf.AnnotResourceClaim)
+	}
+	if byPod == nil {
 		byPod = byObject
 	}
-	if byPod.ClaimName == "" {
-		return "", "", netconf.Invalid("network %s: claim %q of pod %s/%s has no ResourceClaim", r, byPod.Name, p.Namespace, p.Name)
+	return byPod, nil
+}
+
+// ClaimsToRead are the ResourceClaims that reqs draw from, each once: those
+// they name and, when one draws by attribute, every ResourceClaim of the
+// pod, its extended-resource claim last. Errors have code 7.
+func (p *Pod) ClaimsToRead(reqs []Request) ([]string, error) {
+	var names []string
+	add := func(name string) {
+		if name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
 	}
-	return byPod.Name, byPod.ClaimName, nil
+	anyAttr := false
+	for i := range reqs {
+		name, byAttr, err := p.Target(&reqs[i])
+		if err != nil {
+			return nil, err
+		}
+		anyAttr = anyAttr || byAttr
+		add(name)
+	}
+	if anyAttr {
+		for _, c := range p.Claims {
+			add(c.ClaimName)
+		}
+		if p.Extended != nil {
+			add(p.Extended.ClaimName)
+		}
+	}
+	return names, nil
+}
+
+// Incomplete reports whether a claim of the pod has no ResourceClaim name
+// yet: a pod read from the API server's cache before the controller wrote
+// its status.
+func (p *Pod) Incomplete() bool {
+	return slices.ContainsFunc(p.Claims, func(c k8sclient.PodResourceClaim) bool { return c.ClaimName == "" })
 }
 
 func multusHint(r *Request) string {

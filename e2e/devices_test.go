@@ -237,7 +237,7 @@ func TestDevices(t *testing.T) {
 			conf, rt := m.setup(t, e, kubelet.Socket)
 			sb := e.sandboxFor(pod)
 			_, err := rt.Add(e.ctx(), conf, sb.Pod)
-			wantCode(t, err, 7, resVF, "2 network(s)", "1 more", e.ns+"/"+pod.Name)
+			wantCode(t, err, 7, resVF, "2 network(s)", "the kubelet gave it 1 device-plugin device(s)", e.ns+"/"+pod.Name)
 			e.checkRefused(sb, resVF)
 		})
 

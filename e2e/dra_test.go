@@ -21,9 +21,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	"github.com/manifold-cni/manifold/devinfo"
 	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/podresources/podresourcestest"
@@ -32,6 +34,10 @@ import (
 const (
 	draDriver   = "nic.e2e.manifold.test"
 	draNodeName = "e2e-node" // env.pod's node
+	sriovPool   = "e2e-sriov"
+	// hostDeviceNet is a resourceName with a domain, as the SR-IOV DRA
+	// driver's users name it.
+	hostDeviceNet = "openshift.io/host-device-net"
 )
 
 // draNAD creates NAD name: a macvlan on the env's parent, then a recorder
@@ -69,8 +75,32 @@ func (e *deviceEnv) draSlice(pci map[string]string) {
 	e.t.Cleanup(func() { _ = e.k8s.ResourceV1().ResourceSlices().Delete(e.ctx(), created.Name, metav1.DeleteOptions{}) })
 }
 
+// draAttrSlice publishes pool sriovPool of draDriver on draNodeName as the
+// SR-IOV DRA driver does in its MULTUS mode: each device (name: resourceName,
+// deviceID) with the attributes k8s.cni.cncf.io/resourceName and
+// k8s.cni.cncf.io/deviceID.
+func (e *deviceEnv) draAttrSlice(devs map[string][2]string) {
+	e.t.Helper()
+	node := draNodeName
+	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-sriov-"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: draDriver, NodeName: &node, Pool: resourcev1.ResourcePool{Name: sriovPool, Generation: 1, ResourceSliceCount: 1},
+	}}
+	for _, dev := range sorted(keys(devs)) {
+		res, id := devs[dev][0], devs[dev][1]
+		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: dev, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+			"k8s.cni.cncf.io/resourceName": {StringValue: &res}, "k8s.cni.cncf.io/deviceID": {StringValue: &id},
+		}})
+	}
+	created, err := e.k8s.ResourceV1().ResourceSlices().Create(e.ctx(), s, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create ResourceSlice: %v", err)
+	}
+	e.t.Cleanup(func() { _ = e.k8s.ResourceV1().ResourceSlices().Delete(e.ctx(), created.Name, metav1.DeleteOptions{}) })
+}
+
 // draClaim creates ResourceClaim name with one request per "request:device"
-// and allocates it on draNodeName, each request its device, as the scheduler
+// (or "request:pool/device"; the pool is draNodeName unless named) and
+// allocates it on draNodeName, each request its device, as the scheduler
 // would; reserve reserves it for a pod.
 func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.ResourceClaim {
 	e.t.Helper()
@@ -78,11 +108,15 @@ func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.Resourc
 	var alloc []resourcev1.DeviceRequestAllocationResult
 	for _, r := range results {
 		req, dev, _ := strings.Cut(r, ":")
+		pool := draNodeName
+		if p, d, ok := strings.Cut(dev, "/"); ok {
+			pool, dev = p, d
+		}
 		if !slices.ContainsFunc(rc.Spec.Devices.Requests, func(d resourcev1.DeviceRequest) bool { return d.Name == req }) {
 			rc.Spec.Devices.Requests = append(rc.Spec.Devices.Requests, resourcev1.DeviceRequest{Name: req,
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draDriver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}})
 		}
-		alloc = append(alloc, resourcev1.DeviceRequestAllocationResult{Request: req, Driver: draDriver, Pool: draNodeName, Device: dev})
+		alloc = append(alloc, resourcev1.DeviceRequestAllocationResult{Request: req, Driver: draDriver, Pool: pool, Device: dev})
 	}
 	created, err := e.k8s.ResourceV1().ResourceClaims(e.ns).Create(e.ctx(), rc, metav1.CreateOptions{})
 	if err != nil {
@@ -100,8 +134,9 @@ func (e *deviceEnv) draClaim(name string, results ...string) *resourcev1.Resourc
 // draPod creates a pod with the given claims (pod claim name: ResourceClaim
 // name; a name starting with "tmpl:" is a claim made from a template, whose
 // ResourceClaim the pod's status names, as the controller writes it), and
-// reserves each claim for it.
-func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]string) *corev1.Pod {
+// reserves each claim for it; edit, if given, changes the pod before it is
+// created.
+func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]string, edit ...func(*corev1.Pod)) *corev1.Pod {
 	e.t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("pod-"), Namespace: e.ns, Annotations: annotations},
@@ -123,6 +158,9 @@ func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]stri
 		}
 		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, c)
 	}
+	for _, f := range edit {
+		f(p)
+	}
 	p, err := e.k8s.CoreV1().Pods(e.ns).Create(e.ctx(), p, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create pod with claims: %v", err)
@@ -135,16 +173,22 @@ func (e *deviceEnv) draPod(annotations map[string]string, claims map[string]stri
 	}
 	for _, v := range claims {
 		name, _ := strings.CutPrefix(v, "tmpl:")
-		rc, err := e.k8s.ResourceV1().ResourceClaims(e.ns).Get(e.ctx(), name, metav1.GetOptions{})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rc.Status.ReservedFor = append(rc.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID})
-		if _, err := e.k8s.ResourceV1().ResourceClaims(e.ns).UpdateStatus(e.ctx(), rc, metav1.UpdateOptions{}); err != nil {
-			e.t.Fatalf("reserve ResourceClaim %s: %v", name, err)
-		}
+		e.reserve(name, p)
 	}
 	return p
+}
+
+// reserve reserves ResourceClaim name for pod p, as the scheduler would.
+func (e *deviceEnv) reserve(name string, p *corev1.Pod) {
+	e.t.Helper()
+	rc, err := e.k8s.ResourceV1().ResourceClaims(e.ns).Get(e.ctx(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rc.Status.ReservedFor = append(rc.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID})
+	if _, err := e.k8s.ResourceV1().ResourceClaims(e.ns).UpdateStatus(e.ctx(), rc, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatalf("reserve ResourceClaim %s: %v", name, err)
+	}
 }
 
 // driverStatus writes status.devices entries of claim as its driver would:
@@ -201,8 +245,13 @@ func (e *deviceEnv) waitClaimDevices(claim string, ok func(map[string]resourcev1
 // device-info; the claims' status.devices show each attachment's
 // networkData and a Ready condition beside what the driver wrote, and the
 // driver's networkData is left to it. DEL, with the kubelet gone, takes
-// back what manifold wrote and nothing of the driver's. Too few devices is
-// code 7 and a Warning, and nothing is left.
+// back what manifold wrote and nothing of the driver's. NADs that name
+// devices by their k8s.cni.cncf.io/resourceName attribute, with a domain and
+// without, get them and their k8s.cni.cncf.io/deviceID, after the device
+// plugin's device of the same name, and the driver's Device Info file; an
+// extended resource that DRA serves is found through the pod's
+// status.extendedResourceClaimStatus. Too few devices is code 7 and a
+// Warning, and nothing is left.
 func TestDRA(t *testing.T) {
 	top := newDeviceEnv(t)
 	top.draSlice(map[string]string{"nic-0": "0000:03:00.0", "nic-1": "0000:03:00.1", "nic-9": ""})
@@ -210,6 +259,20 @@ func TestDRA(t *testing.T) {
 	top.draNAD("dra-vf", sa, map[string]string{netconf.AnnotResourceClaim: "nics/vf"})
 	top.draNAD("dra-pf", sb, map[string]string{netconf.AnnotResourceClaim: "nics/pf"})
 	top.draNAD("dra-any", sd, map[string]string{"k8s.v1.cni.cncf.io/resourceName": "nics"})
+	top.draAttrSlice(map[string][2]string{"vf-0": {hostDeviceNet, "0000:08:00.0"}, "vf-1": {hostDeviceNet, "0000:08:00.1"}, "vf-2": {"sriov_nic_2", "0000:08:02.2"}})
+	se, sf := nextSubnet(), nextSubnet()
+	top.draNAD("dra-hostdev", se, map[string]string{"k8s.v1.cni.cncf.io/resourceName": hostDeviceNet})
+	top.draNAD("dra-nic2", sf, map[string]string{"k8s.v1.cni.cncf.io/resourceName": "sriov_nic_2"})
+	top.draNAD("dra-ext", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "example.com/nic"})
+	// The driver's Device Info file for vf-1, as it writes it for Multus.
+	driverInfo := `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:08:00.1","pf-pci-address":"0000:08:00.0"}}`
+	if path, err := (devinfo.Dir{Base: top.infoDir}).DevicePluginPath(hostDeviceNet, "0000:08:00.1"); err != nil {
+		t.Fatal(err)
+	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(path, []byte(driverInfo), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sub := func(t *testing.T) *deviceEnv {
 		return &deviceEnv{env: top.sub(t), checkpoint: top.checkpoint, infoDir: top.infoDir, recordDir: top.recordDir}
 	}
@@ -295,6 +358,95 @@ func TestDRA(t *testing.T) {
 			if got := e.infoFiles(); len(got) != 0 {
 				t.Errorf("Device Info files left after DEL: %v", got)
 			}
+		})
+
+		t.Run(m.name+"/by the devices' resourceName, beside a device plugin's", func(t *testing.T) {
+			e := sub(t)
+			sriov, other := fmt.Sprintf("pod-sriov-%d", i), fmt.Sprintf("other-sriov-%d", i)
+			e.draClaim(sriov, "vf:"+sriovPool+"/vf-1", "vf:"+sriovPool+"/vf-0")
+			e.draClaim(other, "vf:"+sriovPool+"/vf-2")
+			pod := e.draPod(map[string]string{annotNetworks: "dra-hostdev, dra-hostdev, dra-nic2, dra-hostdev"}, map[string]string{"sriov": "tmpl:" + sriov, "other": other})
+			// The kubelet gave the pod one device of the resource from a device plugin too.
+			kubelet := podresourcestest.Start(t, kubeletPod(pod, podresourcestest.Device{Resource: hostDeviceNet, ID: "0000:05:00.1"}))
+			conf, rt := m.setup(t, e, kubelet.Socket)
+			sbx := e.sandboxFor(pod)
+			if _, err := rt.Add(e.ctx(), conf, sbx.Pod); err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			for _, c := range []struct{ nad, ifname, deviceID string }{
+				{"dra-hostdev", "net1", "0000:05:00.1"}, // the device plugin's first
+				{"dra-hostdev", "net2", "0000:08:00.0"}, // then DRA's, by deviceID
+				{"dra-nic2", "net3", "0000:08:02.2"},    // no domain, no claim of that name
+				{"dra-hostdev", "net4", "0000:08:00.1"},
+			} {
+				in := e.recorded(c.nad, c.ifname)
+				rc, _ := in["runtimeConfig"].(map[string]any)
+				if in["deviceID"] != c.deviceID || rc["deviceID"] != c.deviceID {
+					t.Errorf("%s as %s: deviceID %v, runtimeConfig %v; want %s", c.nad, c.ifname, in["deviceID"], rc, c.deviceID)
+				}
+			}
+			st := e.waitForStatus(pod)
+			info := map[string]string{}
+			for _, s := range st {
+				info[s.Interface] = string(s.DeviceInfo)
+			}
+			if info["net4"] != driverInfo {
+				t.Errorf("device-info of net4 = %s, want the driver's file %s", info["net4"], driverInfo)
+			}
+			devs := e.waitClaimDevices(sriov, func(d map[string]resourcev1.AllocatedDeviceStatus) bool {
+				return d["vf-0"].NetworkData != nil && d["vf-1"].NetworkData != nil
+			})
+			if devs["vf-0"].NetworkData == nil || devs["vf-0"].NetworkData.InterfaceName != "net2" || devs["vf-1"].NetworkData == nil || devs["vf-1"].NetworkData.InterfaceName != "net4" {
+				t.Errorf("%s's status.devices %+v, want vf-0 as net2 and vf-1 as net4", sriov, devs)
+			}
+			kubelet.Stop()
+			if err := rt.Del(e.ctx(), conf, sbx.Pod); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			e.checkNothingLeft(sbx)
+			if got := e.claimDevices(sriov); len(got) != 0 {
+				t.Errorf("%s after DEL: %+v, want no entries", sriov, got)
+			}
+			if got := e.infoFiles(); len(got) != 0 {
+				t.Errorf("Device Info files left after DEL: %v", got)
+			}
+		})
+
+		t.Run(m.name+"/an extended resource that DRA serves", func(t *testing.T) {
+			e := sub(t)
+			// The scheduler's claim for the pod's example.com/nic: nic-0,
+			// which has no resourceName attribute; the mapping says it all.
+			ext := fmt.Sprintf("pod-extended-resources-%d", i)
+			e.draClaim(ext, "container-0-request-0:nic-0")
+			pod := e.draPod(map[string]string{annotNetworks: "dra-ext"}, nil, func(p *corev1.Pod) {
+				one := corev1.ResourceList{"example.com/nic": resource.MustParse("1")}
+				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: one, Limits: one}
+			})
+			pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: ext,
+				RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "pause", ResourceName: "example.com/nic", RequestName: "container-0-request-0"}}}
+			pod, err := e.k8s.CoreV1().Pods(e.ns).UpdateStatus(e.ctx(), pod, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatalf("write the pod's extendedResourceClaimStatus: %v", err)
+			}
+			e.reserve(ext, pod)
+			kubelet := podresourcestest.Start(t, kubeletPod(pod))
+			conf, rt := m.setup(t, e, kubelet.Socket)
+			sbx := e.sandboxFor(pod)
+			if _, err := rt.Add(e.ctx(), conf, sbx.Pod); err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			in := e.recorded("dra-ext", "net1")
+			if rc, _ := in["runtimeConfig"].(map[string]any); in["deviceID"] != "0000:03:00.0" || rc["deviceID"] != "0000:03:00.0" {
+				t.Errorf("deviceID %v, runtimeConfig %v; want nic-0's 0000:03:00.0", in["deviceID"], rc)
+			}
+			devs := e.waitClaimDevices(ext, func(d map[string]resourcev1.AllocatedDeviceStatus) bool { return d["nic-0"].NetworkData != nil })
+			if nd := devs["nic-0"].NetworkData; nd == nil || nd.InterfaceName != "net1" {
+				t.Errorf("%s's nic-0 networkData %+v, want net1", ext, nd)
+			}
+			if err := rt.Del(e.ctx(), conf, sbx.Pod); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			e.checkNothingLeft(sbx)
 		})
 
 		t.Run(m.name+"/too few devices", func(t *testing.T) {

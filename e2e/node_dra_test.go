@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/e2e/crinode"
@@ -55,7 +56,8 @@ func nodeDRACases(t *testing.T, daemon bool) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dataDir) })
 	d, err := dradriver.Start(context.Background(), dradriver.Options{Driver: name, NodeName: n.name, Client: n.k8s,
-		KubeletRootDir: n.kubelet.RootDir(), DataDir: dataDir, NICs: 3, Prefix: testenv.UniqueName("drn")[:9]})
+		KubeletRootDir: n.kubelet.RootDir(), DataDir: dataDir, NICs: 3, Prefix: testenv.UniqueName("drn")[:9],
+		ResourceNames: []string{hostDeviceNet, hostDeviceNet, "sriov_nic_2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +100,8 @@ func nodeDRACases(t *testing.T, daemon bool) {
 	}{
 		{"one NIC", draOneNIC},
 		{"two claims, one with two requests", draTwoClaims},
+		{"by the devices' resourceName", draByResourceName},
+		{"an extended resource", draExtendedResource},
 		{"too few devices", draTooFew},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(&draNode{kubeNode: n.sub(t), driver: d, class: name, macs: dn.macs}) }) {
@@ -126,6 +130,10 @@ type claimSpec struct {
 	requests int
 	template bool
 	name     string
+	// resourceName, when set, is the k8s.cni.cncf.io/resourceName each
+	// request's NIC must have (a CEL selector, as the SR-IOV DRA driver's
+	// examples write it).
+	resourceName string
 }
 
 // schedulePod makes a pod that names no node, whose only container names
@@ -146,8 +154,12 @@ func (n *draNode) schedulePod(annotations map[string]string, claims map[string]c
 		c := claims[podClaim]
 		var spec resourcev1.ResourceClaimSpec
 		for j := range c.requests {
-			spec.Devices.Requests = append(spec.Devices.Requests, resourcev1.DeviceRequest{Name: fmt.Sprintf("r%d", j),
-				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: n.class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}})
+			exactly := &resourcev1.ExactDeviceRequest{DeviceClassName: n.class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
+			if c.resourceName != "" {
+				exactly.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+					Expression: fmt.Sprintf(`device.attributes["k8s.cni.cncf.io"].resourceName == %q`, c.resourceName)}}}
+			}
+			spec.Devices.Requests = append(spec.Devices.Requests, resourcev1.DeviceRequest{Name: fmt.Sprintf("r%d", j), Exactly: exactly})
 		}
 		ref := corev1.PodResourceClaim{Name: podClaim}
 		if c.template {
@@ -409,6 +421,77 @@ func draTwoClaims(n *draNode) {
 	n.deleteAndWait(p)
 	n.waitEmpty()
 	n.checkReleased(rcs, want["net2"], want["net3"], want["net4"])
+}
+
+// NADs that name no claim of the pod but a resourceName, with a domain
+// (openshift.io/host-device-net) and without one (sriov_nic_2), as the
+// SR-IOV DRA driver's users write them, get the NICs whose
+// k8s.cni.cncf.io/resourceName attribute is that name, from two claims
+// made from templates whose requests select NICs by that attribute.
+func draByResourceName(n *draNode) {
+	n.hostDeviceNAD("dra-hd", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": hostDeviceNet})
+	n.hostDeviceNAD("dra-n2", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": "sriov_nic_2"})
+	p := n.schedulePod(map[string]string{annotNetworks: "dra-n2, dra-hd"}, map[string]claimSpec{
+		"vf": {requests: 1, template: true, resourceName: hostDeviceNet}, "other": {requests: 1, template: true, resourceName: "sriov_nic_2"}})
+	rcs := n.podClaims(p)
+	p = n.waitRunning(p)
+	want := map[string]int{"net2": n.nicOf(rcs["other"], "r0"), "net3": n.nicOf(rcs["vf"], "r0")}
+	if want["net2"] != 2 {
+		n.t.Errorf("claim other was allocated NIC %d, want 2, the one of resourceName sriov_nic_2", want["net2"])
+	}
+	n.checkAttached(p, rcs, want)
+	n.deleteAndWait(p)
+	n.waitEmpty()
+	n.checkReleased(rcs, want["net2"], want["net3"])
+}
+
+// A pod that asks for an extended resource that a DeviceClass backs with
+// DRA (<class>/nic, with no device plugin of that name) gets a NIC from the
+// claim the scheduler makes for it; a NAD whose resourceName is that
+// extended resource attaches that very NIC, found through the pod's
+// status.extendedResourceClaimStatus.
+func draExtendedResource(n *draNode) {
+	t := n.t
+	res := n.class + "/nic"
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "ext." + n.class}, Spec: resourcev1.DeviceClassSpec{
+		Selectors:            []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", n.class)}}},
+		ExtendedResourceName: &res}}
+	if _, err := n.k8s.ResourceV1().DeviceClasses().Create(n.ctx(), dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.k8s.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{})
+	})
+	n.hostDeviceNAD("dra-ext", nextSubnet(), map[string]string{"k8s.v1.cni.cncf.io/resourceName": res})
+	grace := int64(1)
+	one := corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("dra-"), Namespace: n.ns, Annotations: map[string]string{annotNetworks: "dra-ext"}},
+		Spec: corev1.PodSpec{
+			DNSPolicy: corev1.DNSDefault, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "app", Image: crinode.ImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{crinode.Pause},
+				Resources: corev1.ResourceRequirements{Requests: one, Limits: one}}},
+		},
+	}
+	p, err := n.k8s.CoreV1().Pods(n.ns).Create(n.ctx(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	p = n.waitRunning(p)
+	ext := p.Status.ExtendedResourceClaimStatus
+	if ext == nil || len(ext.RequestMappings) != 1 || ext.RequestMappings[0].ResourceName != res {
+		t.Fatalf("the pod's extendedResourceClaimStatus %+v, want one mapping of %s", ext, res)
+	}
+	rc, err := n.k8s.ResourceV1().ResourceClaims(n.ns).Get(n.ctx(), ext.ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcs := map[string]*resourcev1.ResourceClaim{"extended": rc}
+	nic := n.nicOf(rc, ext.RequestMappings[0].RequestName)
+	n.checkAttached(p, rcs, map[string]int{"net2": nic})
+	n.deleteAndWait(p)
+	n.waitEmpty()
+	n.checkReleased(rcs, nic)
 }
 
 // A pod with more networks on a claim than it has devices does not start:

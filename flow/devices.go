@@ -62,17 +62,20 @@ func (k *kubelet) ask(ctx context.Context) (*KubeletAnswer, error) {
 // assignDevices gives each network that draws a device its device: one the
 // kubelet allocated to the pod for a device-plugin resource (a NAD's
 // k8s.v1.cni.cncf.io/resourceName with a domain), or one of the pod's DRA
-// claims (assignClaims). A pod with no such network asks nobody anything.
-// Then every network with a device, or whose plugins declare
-// CNIDeviceInfoFile, gets the path of its Device Info file in
+// devices (assignClaims): of the claim the NAD names, or by its attribute
+// k8s.cni.cncf.io/resourceName, which is where a resource's networks that
+// the kubelet's devices do not cover look. A pod with no such network asks
+// nobody anything. Then every network with a device, or whose plugins
+// declare CNIDeviceInfoFile, gets the path of its Device Info file in
 // runtimeConfig.CNIDeviceInfoFile, and the record keeps it, so that DEL
 // removes the file without asking anyone.
 func (p *Plugin) assignDevices(ctx context.Context, c *call, pc *podContext, atts []netconf.Attachment) error {
 	k := &kubelet{p: p, c: c}
-	if err := assignPluginDevices(ctx, k, atts); err != nil {
+	left, err := assignPluginDevices(ctx, k, atts)
+	if err != nil {
 		return err
 	}
-	if err := p.assignClaims(ctx, c, pc, k, atts); err != nil {
+	if err := p.assignClaims(ctx, c, pc, k, atts, left); err != nil {
 		return err
 	}
 	for i := range atts {
@@ -83,65 +86,93 @@ func (p *Plugin) assignDevices(ctx context.Context, c *call, pc *podContext, att
 	return nil
 }
 
-// drawsPluginDevice reports whether att draws from a device-plugin resource.
+// namesPluginResource reports whether att's resourceName may be a device
+// plugin's: it has a domain, as every extended resource has.
+func namesPluginResource(att *netconf.Attachment) bool {
+	return att.Resource != "" && att.ResourceClaim == "" && netconf.IsDevicePluginResource(att.Resource)
+}
+
+// drawsPluginDevice reports whether att's device is a device plugin's: its
+// resourceName has a domain, and no DRA device was given to it.
 func drawsPluginDevice(att *netconf.Attachment) bool {
-	return att.Resource != "" && netconf.IsDevicePluginResource(att.Resource)
+	return namesPluginResource(att) && att.Claim == nil
+}
+
+// pluginLeft are the networks on device-plugin resources that the
+// kubelet's devices did not cover (by index in the attachments), and the
+// devices of each resource that the others took, for messages.
+// kubeletErr is set when the kubelet could not be asked: then every such
+// network is left, and the error is the answer unless the pod's DRA
+// devices serve them all.
+type pluginLeft struct {
+	networks   map[int]bool
+	taken      map[string][]string
+	kubeletErr error
 }
 
 // assignPluginDevices gives each network that draws from a device-plugin
 // resource one of the devices the kubelet allocated to the pod for that
 // resource, in attachment order: the default and cluster networks first,
 // then the annotation's order. An explicit deviceID in the network's
-// selection wins and is taken out of the pool; it must be one of the pod's
-// own devices of that resource, or a pod's author could move another pod's
-// device into theirs.
-func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachment) error {
+// selection wins and is taken out of the pool when it is one of the pod's
+// own devices of that resource: never another pod's. The networks left
+// over (more of them than devices, or an explicit deviceID that is not
+// the kubelet's) draw from the pod's DRA devices of that resourceName
+// (assignClaims), which fails them if there are none. A kubelet that
+// cannot answer leaves them all, with its error.
+func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachment) (pluginLeft, error) {
+	left := pluginLeft{networks: map[int]bool{}, taken: map[string][]string{}}
 	var wanted []string // the resources that some network draws from
 	for i := range atts {
-		if drawsPluginDevice(&atts[i]) && !slices.Contains(wanted, atts[i].Resource) {
+		if namesPluginResource(&atts[i]) && !slices.Contains(wanted, atts[i].Resource) {
 			wanted = append(wanted, atts[i].Resource)
 		}
 	}
 	if len(wanted) == 0 {
-		return nil
+		return left, nil
 	}
 	answer, err := k.ask(ctx)
 	if err != nil {
-		return err
+		left.kubeletErr = err
+		for i := range atts {
+			if namesPluginResource(&atts[i]) {
+				left.networks[i] = true
+			}
+		}
+		return left, nil
 	}
 	pools := map[string][]string{}
 	for res, ids := range answer.Devices {
 		pools[res] = slices.Clone(ids)
 	}
+	take := func(a *netconf.Attachment, id string) {
+		pools[a.Resource] = slices.DeleteFunc(pools[a.Resource], func(d string) bool { return d == id })
+		left.taken[a.Resource] = append(left.taken[a.Resource], id)
+	}
 	for i := range atts { // an explicit device is nobody else's
 		a := &atts[i]
-		if !drawsPluginDevice(a) || a.DeviceID == "" {
+		if !namesPluginResource(a) || a.DeviceID == "" {
 			continue
 		}
-		if !slices.Contains(pools[a.Resource], a.DeviceID) {
-			return netconf.Invalid("network %s: deviceID %q is not one of the pod's devices of resource %q (%s)", a.DisplayName(), a.DeviceID, a.Resource, strings.Join(pools[a.Resource], ", "))
-		}
-		pools[a.Resource] = slices.DeleteFunc(pools[a.Resource], func(id string) bool { return id == a.DeviceID })
-	}
-	for _, res := range wanted {
-		n := 0
-		for i := range atts {
-			if atts[i].Resource == res && atts[i].DeviceID == "" {
-				n++
-			}
-		}
-		if have := len(pools[res]); have < n {
-			return netconf.Invalid("resource %q: %d network(s) of the pod draw a device from it (%s), and the kubelet allocated the pod %d more of it; request as many devices of %s in the pod's resources as networks name it",
-				res, n, drawingNetworks(atts, res), have, res)
+		if slices.Contains(pools[a.Resource], a.DeviceID) {
+			take(a, a.DeviceID)
+		} else {
+			left.networks[i] = true
 		}
 	}
 	for i := range atts {
 		a := &atts[i]
-		if drawsPluginDevice(a) && a.DeviceID == "" {
-			a.DeviceID, pools[a.Resource] = pools[a.Resource][0], pools[a.Resource][1:]
+		if !namesPluginResource(a) || a.DeviceID != "" {
+			continue
 		}
+		if len(pools[a.Resource]) == 0 {
+			left.networks[i] = true
+			continue
+		}
+		a.DeviceID = pools[a.Resource][0]
+		take(a, a.DeviceID)
 	}
-	return nil
+	return left, nil
 }
 
 // handDevice puts att's device, and the path of its Device Info file, where
@@ -230,6 +261,8 @@ func prepareDeviceInfo(c *call) func(att *netconf.Attachment) {
 		switch {
 		case drawsPluginDevice(att) && att.DeviceID != "":
 			out, err = dir.Copy(att.Resource, att.DeviceID, deviceInfoAttachment(c, att))
+		case att.Claim != nil && att.Resource != "" && att.DeviceID != "" && driverFileFirst(dir, c, att):
+			return
 		case att.Claim != nil && att.Claim.PCIBusID != "":
 			var doc []byte
 			if doc, err = devinfo.PCIDocument(att.Claim.PCIBusID); err == nil {
@@ -246,6 +279,23 @@ func prepareDeviceInfo(c *call) func(att *netconf.Attachment) {
 	}
 }
 
+// driverFileFirst copies, for a DRA device drawn by resourceName, the
+// Device Info file its driver wrote under that resource and deviceID, as a
+// device plugin would (the SR-IOV DRA driver does in its MULTUS mode), and
+// reports whether that settled it: false when the driver wrote none.
+func driverFileFirst(dir devinfo.Dir, c *call, att *netconf.Attachment) bool {
+	out, err := dir.Copy(att.Resource, att.DeviceID, deviceInfoAttachment(c, att))
+	if err == nil && out == devinfo.NoDevicePluginFile {
+		return false
+	}
+	if err != nil {
+		c.log.Warn("device info not written", "network", att.DisplayName(), "resource", deviceSource(att), "device", att.DeviceID, "error", err)
+		return true
+	}
+	c.log.Debug("device info", "network", att.DisplayName(), "device", att.DeviceID, "outcome", out.String())
+	return true
+}
+
 // deviceSource names what att draws its device from, for messages.
 func deviceSource(att *netconf.Attachment) string {
 	switch {
@@ -254,7 +304,7 @@ func deviceSource(att *netconf.Attachment) string {
 	case att.ResourceClaim != "":
 		return fmt.Sprintf("claim %q", att.ResourceClaim)
 	case att.Resource != "":
-		return fmt.Sprintf("claim %q", att.Resource)
+		return fmt.Sprintf("resourceName %q", att.Resource)
 	}
 	return "none"
 }

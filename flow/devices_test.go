@@ -149,7 +149,7 @@ func TestAssignDevices(t *testing.T) {
 		if netconf.Code(err) != 7 {
 			t.Fatalf("error %v, want code 7", err)
 		}
-		for _, s := range []string{`"nvidia.com/nic"`, "2 network(s)", "1 more", "default/a as net1", "default/b as net2"} {
+		for _, s := range []string{`"nvidia.com/nic"`, "2 network(s)", "allocated the pod 1 of it (mlx-9)", "default/a as net1", "default/b as net2"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q does not say %q", err, s)
 			}

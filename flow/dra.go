@@ -3,7 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
-	"slices"
+	"strings"
 	"sync"
 
 	"github.com/manifold-cni/manifold/dra"
@@ -13,28 +13,33 @@ import (
 
 // drawsClaim reports whether att draws a device that Dynamic Resource
 // Allocation gave the pod: its NAD names a claim, in the precise form or in
-// Multus's (a resourceName with no domain).
-func drawsClaim(att *netconf.Attachment) bool {
-	return att.ResourceClaim != "" || (att.Resource != "" && !netconf.IsDevicePluginResource(att.Resource))
+// Multus's (a resourceName with no domain), or names by its resourceName the
+// devices whose attribute says so (a resourceName with a domain, when the
+// kubelet's devices of it did not cover the network: left).
+func drawsClaim(att *netconf.Attachment, i int, left pluginLeft) bool {
+	return att.ResourceClaim != "" || (att.Resource != "" && !netconf.IsDevicePluginResource(att.Resource)) || left.networks[i]
 }
 
 // claimRequests lists the networks of atts that draw a DRA device.
-func claimRequests(atts []netconf.Attachment) ([]dra.Request, error) {
+func claimRequests(atts []netconf.Attachment, left pluginLeft) ([]dra.Request, error) {
 	var out []dra.Request
 	for i := range atts {
 		a := &atts[i]
-		if !drawsClaim(a) {
+		if !drawsClaim(a, i, left) {
 			continue
 		}
 		r := dra.Request{Index: i, Network: a.DisplayName(), IfName: a.IfName, DeviceID: a.DeviceID, Keys: a.DeviceKeys}
-		if a.ResourceClaim != "" {
+		switch {
+		case a.ResourceClaim != "":
 			ref, err := netconf.ParseClaimRef(a.ResourceClaim)
 			if err != nil {
 				return nil, netconf.Invalid("network %s: %v", a.DisplayName(), err)
 			}
 			r.Ref = ref
-		} else {
-			r.Ref, r.Multus = netconf.ClaimRef{Claim: a.Resource}, true
+		case netconf.IsDevicePluginResource(a.Resource):
+			r.Attr, r.PluginDevices = a.Resource, left.taken[a.Resource]
+		default:
+			r.Ref, r.Multus, r.Attr = netconf.ClaimRef{Claim: a.Resource}, true, a.Resource
 		}
 		out = append(out, r)
 	}
@@ -49,12 +54,25 @@ func claimRequests(atts []netconf.Attachment) ([]dra.Request, error) {
 // ResourceClaims the networks name, and the ResourceSlices of their drivers
 // on the node; the kubelet only when a device has no attribute that names
 // it. A pod that draws no DRA device reads nothing.
-func (p *Plugin) assignClaims(ctx context.Context, c *call, pc *podContext, k *kubelet, atts []netconf.Attachment) error {
-	reqs, err := claimRequests(atts)
+func (p *Plugin) assignClaims(ctx context.Context, c *call, pc *podContext, k *kubelet, atts []netconf.Attachment, left pluginLeft) error {
+	err := p.drawClaims(ctx, c, pc, k, atts, left)
+	if err != nil && left.kubeletErr != nil {
+		// The networks on a device plugin's resource needed the kubelet.
+		return netconf.TryAgainLater("%v; and the pod's DRA devices do not serve its networks: %v", left.kubeletErr, err)
+	}
+	return err
+}
+
+// drawClaims is assignClaims, but for the kubelet's error.
+func (p *Plugin) drawClaims(ctx context.Context, c *call, pc *podContext, k *kubelet, atts []netconf.Attachment, left pluginLeft) error {
+	reqs, err := claimRequests(atts, left)
 	if err != nil || len(reqs) == 0 {
 		return err
 	}
 	if pc.api == nil || pc.pod == nil {
+		if r := &reqs[0]; r.Ref.Claim == "" {
+			return pluginShortage(atts, r)
+		}
 		return netconf.Invalid("network %s draws a DRA device (%s), and the pod's claims cannot be read: manifold has no API server, or the pod was not found", atts[reqs[0].Index].DisplayName(), deviceSource(&atts[reqs[0].Index]))
 	}
 	pod, err := p.podClaims(ctx, c, pc, reqs)
@@ -94,10 +112,30 @@ func (p *Plugin) assignClaims(ctx context.Context, c *call, pc *podContext, k *k
 	return nil
 }
 
-// podClaims is the pod's claims, each with its ResourceClaim's name. A pod
-// whose annotations came from the runtime was not read, and is read now; a
-// pod read from the API server's cache whose claims lack a ResourceClaim
-// that the networks name is read again, from etcd.
+// pluginShortage explains, where no DRA device can be looked for, why r's
+// network on a device-plugin resource has no device: the code-7 error of a
+// pod with no DRA claims.
+func pluginShortage(atts []netconf.Attachment, r *dra.Request) error {
+	res, have := r.Attr, r.PluginDevices
+	if r.DeviceID != "" {
+		return netconf.Invalid("network %s: deviceID %q is not one of the pod's devices of resource %q (%s)", r.Network, r.DeviceID, res, strings.Join(have, ", "))
+	}
+	n := 0
+	for i := range atts {
+		if atts[i].Resource == res && atts[i].ResourceClaim == "" {
+			n++
+		}
+	}
+	return netconf.Invalid("resource %q: %d network(s) of the pod draw a device from it (%s), and the kubelet allocated the pod %d of it (%s); request as many devices of %s in the pod's resources as networks name it (the pod's DRA devices of that resourceName are looked for only with an API server, and the pod found)",
+		res, n, drawingNetworks(atts, res), len(have), strings.Join(have, ", "), res)
+}
+
+// podClaims is the pod's claims, each with its ResourceClaim's name, and
+// its extended-resource claim. A pod whose annotations came from the
+// runtime was not read, and is read now; a pod read from the API server's
+// cache that lacks a ResourceClaim's name (its status not yet seen) is read
+// again, from etcd, when a network names a claim it does not find, or
+// draws by attribute from all of them.
 func (p *Plugin) podClaims(ctx context.Context, c *call, pc *podContext, reqs []dra.Request) (*dra.Pod, error) {
 	if !pc.podRead {
 		pod, err := pc.api.WaitForPod(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, c.conf.PodWaitTimeout)
@@ -107,11 +145,11 @@ func (p *Plugin) podClaims(ctx context.Context, c *call, pc *podContext, reqs []
 		if c.pod.UID != "" && pod.UID != c.pod.UID {
 			return nil, netconf.Invalid("pod UID from the API (%s) differs from K8S_POD_UID (%s): the pod was replaced", pod.UID, c.pod.UID)
 		}
-		pc.pod.ResourceClaims, pc.pod.NodeName, pc.podRead = pod.ResourceClaims, pod.NodeName, true
+		pc.pod.ResourceClaims, pc.pod.ExtendedClaim, pc.pod.NodeName, pc.podRead = pod.ResourceClaims, pod.ExtendedClaim, pod.NodeName, true
 	}
-	pod := &dra.Pod{Namespace: pc.pod.Namespace, Name: pc.pod.Name, UID: pc.pod.UID, Claims: pc.pod.ResourceClaims}
+	pod := &dra.Pod{Namespace: pc.pod.Namespace, Name: pc.pod.Name, UID: pc.pod.UID, Claims: pc.pod.ResourceClaims, Extended: pc.pod.ExtendedClaim}
 	for i := range reqs {
-		if _, _, err := pod.Resolve(&reqs[i]); err == nil {
+		if _, byAttr, err := pod.Target(&reqs[i]); err == nil && (!byAttr || !pod.Incomplete()) {
 			continue
 		}
 		fresh, err := pc.api.WaitForPod(ctx, c.pod.Namespace, c.pod.Name, "", c.conf.PodWaitTimeout)
@@ -121,8 +159,8 @@ func (p *Plugin) podClaims(ctx context.Context, c *call, pc *podContext, reqs []
 		if pod.UID != "" && fresh.UID != pod.UID {
 			return nil, netconf.Invalid("pod UID from the API (%s) differs from the one attached (%s): the pod was replaced", fresh.UID, pod.UID)
 		}
-		pc.pod.ResourceClaims, pc.pod.NodeName = fresh.ResourceClaims, fresh.NodeName
-		pod.Claims = fresh.ResourceClaims
+		pc.pod.ResourceClaims, pc.pod.ExtendedClaim, pc.pod.NodeName = fresh.ResourceClaims, fresh.ExtendedClaim, fresh.NodeName
+		pod.Claims, pod.Extended = fresh.ResourceClaims, fresh.ExtendedClaim
 		break
 	}
 	return pod, nil
@@ -132,15 +170,9 @@ func (p *Plugin) podClaims(ctx context.Context, c *call, pc *podContext, reqs []
 // checks that each is allocated and reserved for the pod. A claim that does
 // not exist is code 7; an API server that cannot be reached, code 11.
 func readClaims(ctx context.Context, api podAPI, pod *dra.Pod, reqs []dra.Request) (map[string]*dra.Claim, error) {
-	var names []string
-	for i := range reqs {
-		_, name, err := pod.Resolve(&reqs[i])
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Contains(names, name) {
-			names = append(names, name)
-		}
+	names, err := pod.ClaimsToRead(reqs)
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[string]*dra.Claim, len(names))
 	errs := make([]error, len(names))

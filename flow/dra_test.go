@@ -189,7 +189,7 @@ func TestAssignClaims(t *testing.T) {
 		}{
 			{name: "too few devices", atts: []netconf.Attachment{claimNet(t, "a", "", "nics/pf", "net1"), claimNet(t, "b", "", "nics/pf", "net2")},
 				code: 7, saying: []string{`request "pf" of claim "nics"`, "2 network(s)", "allocated 1", "default/a as net1", "default/b as net2"}},
-			{name: "not a claim of the pod", atts: []netconf.Attachment{claimNet(t, "a", "nic", "", "net1")}, code: 7, saying: []string{`resourceName "nic"`, "not a claim of pod default/p", "nics (ResourceClaim p-nics-7xk2q)"}},
+			{name: "not a claim of the pod", atts: []netconf.Attachment{claimNet(t, "a", "nic", "", "net1")}, code: 7, saying: []string{`resourceName "nic"`, "nor is it a claim of the pod", "nics (ResourceClaim p-nics-7xk2q)"}},
 			{name: "claim gone", atts: []netconf.Attachment{claimNet(t, "a", "", "shared", "net1")}, api: func(f *fakeAPI) { delete(f.claims, "default/shared-nic") }, code: 7, saying: []string{"shared-nic", "not found"}},
 			{name: "claim reserved for another pod", atts: []netconf.Attachment{claimNet(t, "a", "", "shared", "net1")},
 				api: func(f *fakeAPI) { f.claims["default/shared-nic"].Status.ReservedFor[0].UID = "x" }, code: 7, saying: []string{"not reserved for pod default/p"}},

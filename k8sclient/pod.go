@@ -20,6 +20,23 @@ type Pod struct {
 	// ResourceClaims are the pod's DRA claims (spec.resourceClaims), each
 	// with the name of its ResourceClaim.
 	ResourceClaims []PodResourceClaim
+	// ExtendedClaim is the ResourceClaim the scheduler made for the pod's
+	// extended resources that DRA serves (status.extendedResourceClaimStatus,
+	// Kubernetes 1.34+, beta and on by default in 1.36); nil for none.
+	ExtendedClaim *ExtendedResourceClaim
+}
+
+// ExtendedResourceClaim is a pod's status.extendedResourceClaimStatus: the
+// ResourceClaim made for its DRA-backed extended resources, and which
+// request of it serves which container's resource.
+type ExtendedResourceClaim struct {
+	ClaimName string
+	Mappings  []ExtendedResourceRequest
+}
+
+// ExtendedResourceRequest is one of its requestMappings.
+type ExtendedResourceRequest struct {
+	Container, Resource, Request string
 }
 
 // PodResourceClaim is one entry of a pod's spec.resourceClaims.
@@ -51,6 +68,14 @@ type podJSON struct {
 			Name              string `json:"name"`
 			ResourceClaimName string `json:"resourceClaimName"`
 		} `json:"resourceClaimStatuses"`
+		ExtendedResourceClaimStatus *struct {
+			ResourceClaimName string `json:"resourceClaimName"`
+			RequestMappings   []struct {
+				ContainerName string `json:"containerName"`
+				ResourceName  string `json:"resourceName"`
+				RequestName   string `json:"requestName"`
+			} `json:"requestMappings"`
+		} `json:"extendedResourceClaimStatus"`
 	} `json:"status"`
 }
 
@@ -67,6 +92,12 @@ func (p *podJSON) pod() *Pod {
 			}
 		}
 		out.ResourceClaims = append(out.ResourceClaims, rc)
+	}
+	if ext := p.Status.ExtendedResourceClaimStatus; ext != nil && ext.ResourceClaimName != "" {
+		out.ExtendedClaim = &ExtendedResourceClaim{ClaimName: ext.ResourceClaimName}
+		for _, m := range ext.RequestMappings {
+			out.ExtendedClaim.Mappings = append(out.ExtendedClaim.Mappings, ExtendedResourceRequest{Container: m.ContainerName, Resource: m.ResourceName, Request: m.RequestName})
+		}
 	}
 	return out
 }

@@ -48,7 +48,8 @@ func TestPodClaims(t *testing.T) {
 	c, _ := newDRAClient(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"metadata":{"namespace":"ns","name":"p","uid":"u"},
 			"spec":{"nodeName":"node1","resourceClaims":[{"name":"nics","resourceClaimTemplateName":"t"},{"name":"gpu","resourceClaimName":"shared"},{"name":"later","resourceClaimTemplateName":"t"}]},
-			"status":{"resourceClaimStatuses":[{"name":"nics","resourceClaimName":"p-nics-x1"}]}}`)
+			"status":{"resourceClaimStatuses":[{"name":"nics","resourceClaimName":"p-nics-x1"}],
+				"extendedResourceClaimStatus":{"resourceClaimName":"p-extended-resources-x2","requestMappings":[{"containerName":"app","resourceName":"example.com/nic","requestName":"container-0-request-0"}]}}}`)
 	})
 	p, err := c.GetPod(context.Background(), "ns", "p")
 	if err != nil {
@@ -62,6 +63,11 @@ func TestPodClaims(t *testing.T) {
 		if p.ResourceClaims[i] != w {
 			t.Errorf("claim %d: %+v, want %+v", i, p.ResourceClaims[i], w)
 		}
+	}
+	ext := p.ExtendedClaim
+	if ext == nil || ext.ClaimName != "p-extended-resources-x2" || len(ext.Mappings) != 1 ||
+		ext.Mappings[0] != (ExtendedResourceRequest{Container: "app", Resource: "example.com/nic", Request: "container-0-request-0"}) {
+		t.Errorf("extended resource claim %+v, want p-extended-resources-x2 with its one mapping", ext)
 	}
 }
 

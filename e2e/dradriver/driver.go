@@ -9,7 +9,11 @@
 // interface it is by the attribute "ifName", and has a made-up PCI address
 // in the standard resource.kubernetes.io/pciBusID, so that a network can
 // hand its plugin the interface (host-device's "device") and network-status
-// shows a device. Preparing a claim checks that its NICs are on the host,
+// shows a device. As the SR-IOV DRA driver does in its MULTUS mode, every
+// device has its PCI address as k8s.cni.cncf.io/deviceID, and those given a
+// resource name (Options.ResourceNames) have it as
+// k8s.cni.cncf.io/resourceName, which a NAD's resourceName matches.
+// Preparing a claim checks that its NICs are on the host,
 // where host-device finds them, and remembers the claim.
 package dradriver
 
@@ -53,13 +57,17 @@ type Options struct {
 	// digits and a peer suffix).
 	NICs   int
 	Prefix string
+	// ResourceNames are the k8s.cni.cncf.io/resourceName of the NICs, in
+	// order; a NIC past its end, or given "", has none.
+	ResourceNames []string
 }
 
 // NIC is one stand-in NIC.
 type NIC struct {
 	// Device is its name in the pool, IfName its host interface, Peer the
-	// veth end that stays on the host, PCIBusID its made-up address.
-	Device, IfName, Peer, PCIBusID string
+	// veth end that stays on the host, PCIBusID its made-up address,
+	// ResourceName its k8s.cni.cncf.io/resourceName ("" for none).
+	Device, IfName, Peer, PCIBusID, ResourceName string
 }
 
 // Driver is a running driver.
@@ -85,6 +93,9 @@ func Start(ctx context.Context, o Options) (*Driver, error) {
 	for i := range o.NICs {
 		n := NIC{Device: fmt.Sprintf("nic-%d", i), IfName: fmt.Sprintf("%s%d", o.Prefix, i), Peer: fmt.Sprintf("%s%dp", o.Prefix, i),
 			PCIBusID: fmt.Sprintf("0000:7f:%02x.0", i)}
+		if i < len(o.ResourceNames) {
+			n.ResourceName = o.ResourceNames[i]
+		}
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.IfName}, PeerName: n.Peer}
 		if err := netlink.LinkAdd(veth); err != nil {
 			d.Stop()
@@ -118,11 +129,16 @@ func Start(ctx context.Context, o Options) (*Driver, error) {
 	d.helper = h
 	devices := make([]resourceapi.Device, 0, len(d.NICs))
 	for _, n := range d.NICs {
-		ifName, pci := n.IfName, n.PCIBusID
-		devices = append(devices, resourceapi.Device{Name: n.Device, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		ifName, pci, res := n.IfName, n.PCIBusID, n.ResourceName
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			AttrIfName:                        {StringValue: &ifName},
 			"resource.kubernetes.io/pciBusID": {StringValue: &pci},
-		}})
+			"k8s.cni.cncf.io/deviceID":        {StringValue: &pci},
+		}
+		if res != "" {
+			attrs["k8s.cni.cncf.io/resourceName"] = resourceapi.DeviceAttribute{StringValue: &res}
+		}
+		devices = append(devices, resourceapi.Device{Name: n.Device, Attributes: attrs})
 	}
 	if err := h.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		o.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
