@@ -62,8 +62,8 @@ var multusV430 = map[string][]string{
 
 // compatStatuses are the words of the doc's "manifold" column. Only "same"
 // claims that manifold reads the key as Multus does; each other one is a
-// deliberate difference, or work on the way.
-var compatStatuses = []string{"same", "differs", "installer", "handled", "no", "extra"}
+// deliberate difference.
+var compatStatuses = []string{"same", "differs", "installer", "no", "extra"}
 
 // TestCompatibilityDocCoversMultus: every key that Multus v4.3.0 reads is in
 // docs/compatibility.md, under its heading, with what manifold does. Where
