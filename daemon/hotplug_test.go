@@ -264,3 +264,38 @@ func TestHotplugBacksOffChurn(t *testing.T) {
 		t.Errorf("a change after a quiet %s queued %d items, want it served at once", hotplugMaxWait, got)
 	}
 }
+
+// TestHotplugChurnHoldsOnlyThatPod: while a pod's next change is held back,
+// another pod's change is served at once: the churning pod does not keep
+// the workers from the node's other pods.
+func TestHotplugChurnHoldsOnlyThatPod(t *testing.T) {
+	g := newHotplugRig(t)
+	g.r.result = flow.Hotplug{Added: 1}
+	g.update(setNetworks("v1"))
+	g.drain()
+	g.update(setNetworks("v2"))
+	if got := g.q.takeHeld(); !slices.Equal(got, []time.Duration{hotplugBaseWait}) {
+		t.Fatalf("the pod's second change was held back %v, want %s", got, hotplugBaseWait)
+	}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q", UID: types.UID("uid-2"), ResourceVersion: "1",
+		Annotations: map[string]string{annotNetworks: "a"}}}
+	if err := g.h.inf.GetStore().Add(other); err != nil {
+		t.Fatal(err)
+	}
+	changed := other.DeepCopy()
+	changed.ResourceVersion = "2"
+	changed.Annotations[annotNetworks] = "a, b"
+	if err := g.h.inf.GetStore().Update(changed); err != nil {
+		t.Fatal(err)
+	}
+	g.h.onUpdate(other, changed)
+	if got := g.h.queue.Len(); got != 1 {
+		t.Fatalf("another pod's change queued %d items while the first pod's is held back, want it served at once", got)
+	}
+	if held := g.q.takeHeld(); len(held) != 0 {
+		t.Errorf("another pod's change was held back %v", held)
+	}
+	if key, _ := g.h.queue.Get(); key != "ns/q" {
+		t.Errorf("queued %s, want the other pod ns/q", key)
+	}
+}
