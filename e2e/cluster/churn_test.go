@@ -19,13 +19,14 @@ type churn struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	created  int
-	ran      int
-	lives    []life // of the pods that ran
-	retried  int    // pods whose sandbox failed at least once before running
-	slowest  time.Duration
-	failures []string
+	mu        sync.Mutex
+	created   int
+	ran       int
+	lives     []life // of the pods that ran
+	settingUp int    // pods created and not yet running
+	retried   int    // pods whose sandbox failed at least once before running
+	slowest   time.Duration
+	failures  []string
 }
 
 func startChurn(e *tenv, workers int) *churn {
@@ -60,9 +61,10 @@ func (ch *churn) one(ctx context.Context, prefix string) {
 		}
 		return
 	}
-	ch.count(func() { ch.created++ })
+	ch.count(func() { ch.created++; ch.settingUp++ })
 	start := time.Now()
 	running, err := e.c.WaitRunning(context.Background(), p, podWait)
+	ch.count(func() { ch.settingUp-- })
 	if err != nil {
 		ch.fail("%v", err)
 	} else {
@@ -136,6 +138,19 @@ func (ch *churn) waitRan(n int) {
 // without churn under it.
 func (ch *churn) step(name string, n int, do func()) {
 	ch.e.t.Helper()
+	// A step may take less time than a pod's set-up: it begins while a pod
+	// of the churn is being set up.
+	for deadline := time.Now().Add(podWait); ; time.Sleep(20 * time.Millisecond) {
+		ch.mu.Lock()
+		busy := ch.settingUp > 0
+		ch.mu.Unlock()
+		if busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			ch.e.t.Fatalf("churn: no pod being set up for %s before %s: the churn has stopped", podWait, name)
+		}
+	}
 	began := time.Now()
 	do()
 	ended := time.Now()
