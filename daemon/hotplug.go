@@ -167,6 +167,7 @@ func (h *hotplug) next(ctx context.Context) bool {
 		// Gone or going: its DEL undoes everything, hot-plugged or not.
 		h.churn.forget(key)
 		h.settle(key, "", false, nil)
+		h.m.observeHandled(false, nil)
 		return true
 	}
 	annot := pod.Annotations[annotNetworks]
@@ -190,7 +191,9 @@ func (h *hotplug) next(ctx context.Context) bool {
 		// next reconcile for the same annotation would do nothing.
 		h.setApplied(id, applied{annot, record}, err == nil && !made && stampOf(filepath.Join(h.cniDir, id)) == record)
 	}
-	h.settle(key, annot, changed, errors.Join(errs...))
+	err = errors.Join(errs...)
+	h.settle(key, annot, changed, err)
+	h.m.observeHandled(changed, err)
 	return true
 }
 
@@ -277,6 +280,21 @@ func (h *hotplug) containersOf(uid string) []string {
 }
 
 // observeHotplug counts one reconcile, and the attachments it changed.
+// observeHandled counts a pod that a worker was done with.
+func (m *metrics) observeHandled(changed bool, err error) {
+	if m == nil {
+		return
+	}
+	switch {
+	case err != nil:
+		m.handled.WithLabelValues("error").Inc()
+	case changed:
+		m.handled.WithLabelValues("changed").Inc()
+	default:
+		m.handled.WithLabelValues("unchanged").Inc()
+	}
+}
+
 func (m *metrics) observeHotplug(res flow.Hotplug, err error, took time.Duration) {
 	if m == nil || res.Skipped != "" {
 		return

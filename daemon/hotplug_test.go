@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/workqueue"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/manifold-cni/manifold/flow"
@@ -48,11 +50,38 @@ func (r *reconciles) count() int {
 type hotplugRig struct {
 	t     *testing.T
 	h     *hotplug
+	q     *heldQueue
 	r     *reconciles
 	clk   *testingclock.FakeClock
 	store *scratch.Store
 	pod   *corev1.Pod
 	rv    int
+}
+
+// heldQueue is the controller's queue, which records how long each key was
+// asked to be held back. The queue releases a held key from a goroutine of
+// its own, so a look at it right after the clock moves cannot tell "not yet"
+// from "not released": what the controller asked for can.
+type heldQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+	mu   sync.Mutex
+	held []time.Duration
+}
+
+func (q *heldQueue) AddAfter(key string, d time.Duration) {
+	q.mu.Lock()
+	q.held = append(q.held, d)
+	q.mu.Unlock()
+	q.TypedRateLimitingInterface.AddAfter(key, d)
+}
+
+// takeHeld returns the waits asked for since the last call.
+func (q *heldQueue) takeHeld() []time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.held
+	q.held = nil
+	return out
 }
 
 func newHotplugRig(t *testing.T) *hotplugRig {
@@ -65,6 +94,8 @@ func newHotplugRig(t *testing.T) *hotplugRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.h.queue.ShutDown)
+	g.q = &heldQueue{TypedRateLimitingInterface: g.h.queue}
+	g.h.queue = g.q
 	g.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: types.UID("uid-1"), ResourceVersion: "1",
 		Annotations: map[string]string{annotNetworks: "a"}}}
 	g.saveRecord("eth0")
@@ -120,6 +151,19 @@ func (g *hotplugRig) waitQueued(what string) {
 	for deadline := time.Now().Add(10 * time.Second); g.h.queue.Len() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			g.t.Fatalf("%s: nothing queued after the clock passed its delay", what)
+		}
+	}
+}
+
+// waitTimer waits (a did-not-hang bound) until the queue has set its timer
+// for a held key: a step of the clock before that would be missed, since the
+// timer would count from the time after the step.
+func (g *hotplugRig) waitTimer(what string) {
+	g.t.Helper()
+	// The queue's heartbeat ticker is the other waiter.
+	for deadline := time.Now().Add(10 * time.Second); g.clk.Waiters() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s: the queue set no timer for it", what)
 		}
 	}
 }
@@ -203,11 +247,11 @@ func TestHotplugBacksOffChurn(t *testing.T) {
 			g.drain()
 			continue
 		}
-		g.clk.Step(wait - time.Millisecond)
-		if got := g.h.queue.Len(); got != 0 {
-			t.Errorf("change %d was served %s after the one before, sooner than %s", i, wait-time.Millisecond, wait)
+		if got := g.q.takeHeld(); !slices.Equal(got, []time.Duration{wait}) {
+			t.Errorf("change %d was held back %v after the one before, want %s", i, got, wait)
 		}
-		g.clk.Step(time.Millisecond)
+		g.waitTimer("change " + strconv.Itoa(i))
+		g.clk.Step(wait)
 		g.waitQueued("change " + strconv.Itoa(i))
 		g.drain()
 	}
@@ -218,5 +262,40 @@ func TestHotplugBacksOffChurn(t *testing.T) {
 	g.update(setNetworks("after a quiet while"))
 	if got := g.h.queue.Len(); got != 1 {
 		t.Errorf("a change after a quiet %s queued %d items, want it served at once", hotplugMaxWait, got)
+	}
+}
+
+// TestHotplugChurnHoldsOnlyThatPod: while a pod's next change is held back,
+// another pod's change is served at once: the churning pod does not keep
+// the workers from the node's other pods.
+func TestHotplugChurnHoldsOnlyThatPod(t *testing.T) {
+	g := newHotplugRig(t)
+	g.r.result = flow.Hotplug{Added: 1}
+	g.update(setNetworks("v1"))
+	g.drain()
+	g.update(setNetworks("v2"))
+	if got := g.q.takeHeld(); !slices.Equal(got, []time.Duration{hotplugBaseWait}) {
+		t.Fatalf("the pod's second change was held back %v, want %s", got, hotplugBaseWait)
+	}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q", UID: types.UID("uid-2"), ResourceVersion: "1",
+		Annotations: map[string]string{annotNetworks: "a"}}}
+	if err := g.h.inf.GetStore().Add(other); err != nil {
+		t.Fatal(err)
+	}
+	changed := other.DeepCopy()
+	changed.ResourceVersion = "2"
+	changed.Annotations[annotNetworks] = "a, b"
+	if err := g.h.inf.GetStore().Update(changed); err != nil {
+		t.Fatal(err)
+	}
+	g.h.onUpdate(other, changed)
+	if got := g.h.queue.Len(); got != 1 {
+		t.Fatalf("another pod's change queued %d items while the first pod's is held back, want it served at once", got)
+	}
+	if held := g.q.takeHeld(); len(held) != 0 {
+		t.Errorf("another pod's change was held back %v", held)
+	}
+	if key, _ := g.h.queue.Get(); key != "ns/q" {
+		t.Errorf("queued %s, want the other pod ns/q", key)
 	}
 }

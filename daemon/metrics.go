@@ -30,6 +30,7 @@ type metrics struct {
 	hotplug    *prometheus.CounterVec
 	hotplugDur prometheus.Histogram
 	hotplugOn  prometheus.Gauge
+	handled    *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -65,8 +66,12 @@ func newMetrics() *metrics {
 			Name: "manifold_daemon_hotplug_running",
 			Help: "1 while the hot-plug's pod watch runs, 0 while it is off or not set up yet.",
 		}),
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "manifold_daemon_hotplug_pods_handled_total",
+			Help: "Pods the hot-plug's workers took from their queue and were done with, by result: changed (an attachment was added or removed), unchanged (nothing to change: applied already, no container of the pod on this node, or the pod is gone), error (tried again after a backoff).",
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.inFlight, m.api, m.hotplug, m.hotplugDur, m.hotplugOn,
+	m.reg.MustRegister(m.calls, m.latency, m.inFlight, m.api, m.hotplug, m.hotplugDur, m.hotplugOn, m.handled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -183,13 +183,40 @@ func TestAddConcurrentConfirmRefused(t *testing.T) {
 	}
 }
 
+// gateAfterStdin is a script plugin's "after" part that holds an ADD of the
+// named interfaces, once it has read its config (so an early start does not
+// count), until each of them has read its own: a wave run in order never gets
+// there, and after a did-not-hang bound its first ADD fails saying so.
+func gateAfterStdin(dir string, ifnames ...string) string {
+	files := ""
+	for _, n := range ifnames {
+		files += " " + filepath.Join(dir, "inside-"+n)
+	}
+	return `case " ` + strings.Join(ifnames, " ") + ` " in *" $CNI_IFNAME "*)
+  if [ "$CNI_COMMAND" = ADD ]; then
+    : > "` + dir + `/inside-$CNI_IFNAME"
+    n=0
+    for f in` + files + `; do
+      while [ ! -e "$f" ]; do
+        n=$((n+1))
+        if [ $n -gt 1500 ]; then echo '{"code":11,"msg":"'"$CNI_IFNAME"' ran alone: '"$f"' never appeared"}'; exit 1; fi
+        sleep 0.01
+      done
+    done
+  fi ;;
+esac`
+}
+
 // With early starts, the process started for the wave's first network while
 // the default network ran serves it, the others start at their call, and
-// nothing is left waiting or killed unused.
+// nothing is left waiting or killed unused. The wave's networks run at once:
+// each one's first plugin holds its ADD until all three have read their
+// configs.
 func TestRunnerWaveUsesEarlyStart(t *testing.T) {
 	dir := t.TempDir()
-	scriptPlugin(t, dir, "p", "", "")
-	scriptPlugin(t, dir, "q", "", "")
+	gate := gateAfterStdin(dir, "net1", "net2", "net3")
+	scriptPlugin(t, dir, "p", "", gate)
+	scriptPlugin(t, dir, "q", "", gate)
 	r, e := scriptRunner(t, dir)
 	r.Concurrent = true
 	rec := &scratch.Record{ContainerID: "c1", NetNS: "/var/run/netns/none",

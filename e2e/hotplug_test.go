@@ -391,16 +391,52 @@ func TestHotplugDaemonRestart(t *testing.T) {
 }
 
 // The pod's DEL right after an annotation change wins: whatever the
-// hot-plug did before it, nothing is left after it.
+// hot-plug did before it, nothing is left after it; and once the daemon is
+// done with the change (which may come after the DEL), still nothing.
 func TestHotplugDelRightAfterChange(t *testing.T) {
 	e, pod, conf, box, _, _ := newMvPod(t)
+	before := e.waitAllHandled()
 
 	e.setNetworks(pod, "br, mv@net5")
 	e.mustDel(conf, box)
 	e.checkNothingLeft(box)
 	// A hot-plug still on its way finds no record, and leaves nothing.
-	time.Sleep(2 * time.Second)
+	e.waitHandled(before + 1)
 	e.checkNothingLeft(box)
+}
+
+// handled is how many pods the daemon's hot-plug workers were done with,
+// without an error (a failed one is tried again).
+func (e *hotplugEnv) handled() float64 {
+	e.t.Helper()
+	const name = "manifold_daemon_hotplug_pods_handled_total"
+	return e.metric(name, `result="changed"`) + e.metric(name, `result="unchanged"`)
+}
+
+// waitHandled waits (bounded) until the daemon was done with n pods.
+func (e *hotplugEnv) waitHandled(n float64) {
+	e.t.Helper()
+	deadline := time.Now().Add(hotplugWait)
+	for e.handled() < n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the daemon's hot-plug was done with %v pods after %s, want %v", e.handled(), hotplugWait, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAllHandled waits until the daemon was done with every pod of its node
+// once (its watch hands each one over when it starts, and again when the
+// pod's networks change), and returns the count: the next change of one pod
+// makes it one more.
+func (e *hotplugEnv) waitAllHandled() float64 {
+	e.t.Helper()
+	pods, err := e.k8s.CoreV1().Pods("").List(e.ctx(), metav1.ListOptions{FieldSelector: "spec.nodeName=e2e-node"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitHandled(float64(len(pods.Items)))
+	return e.handled()
 }
 
 // Many pods changed at once are all reconciled, and their DELs leave nothing.

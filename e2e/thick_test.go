@@ -26,9 +26,15 @@ import (
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-// reportWait bounds the wait for the daemon's status write after ADD has
-// answered. The write's requests are each bounded by apiTimeout.
-const reportWait = 10 * time.Second
+// reportWait bounds the wait for what the daemon writes after ADD has
+// answered: the pod's network-status and events, a DRA claim's
+// status.devices. Every wait on it polls for the write and returns as soon as
+// it shows, so the bound costs nothing when the write comes; it only says
+// when to give up, and a loaded CI machine (two cores shared by a control
+// plane, the daemon and its plugins) may take many seconds to make the write,
+// whose requests are each bounded by apiTimeout. The cluster tier allows 5
+// minutes for the same kind of wait.
+const reportWait = 2 * time.Minute
 
 // thickEnv is an env whose runtime calls manifold-shim. Its bin dir holds the
 // plugins and manifold-shim, and manifold only when the shim may fall back to

@@ -19,17 +19,24 @@ type churn struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	created  int
-	ran      int
-	retried  int // pods whose sandbox failed at least once before running
-	slowest  time.Duration
-	failures []string
+	mu        sync.Mutex
+	created   int
+	ran       int
+	lives     []life // of the pods that ran
+	settingUp int    // pods created and not yet running
+	retried   int    // pods whose sandbox failed at least once before running
+	slowest   time.Duration
+	failures  []string
 }
 
 func startChurn(e *tenv, workers int) *churn {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := &churn{e: e, cancel: cancel}
+	// A test that fails midway stops its churn before its pods are deleted.
+	e.t.Cleanup(func() {
+		cancel()
+		ch.wg.Wait()
+	})
 	for i := range workers {
 		ch.wg.Add(1)
 		go func() {
@@ -54,9 +61,10 @@ func (ch *churn) one(ctx context.Context, prefix string) {
 		}
 		return
 	}
-	ch.count(func() { ch.created++ })
+	ch.count(func() { ch.created++; ch.settingUp++ })
 	start := time.Now()
 	running, err := e.c.WaitRunning(context.Background(), p, podWait)
+	ch.count(func() { ch.settingUp-- })
 	if err != nil {
 		ch.fail("%v", err)
 	} else {
@@ -70,8 +78,10 @@ func (ch *churn) one(ctx context.Context, prefix string) {
 				failed++
 			}
 		}
+		ranAt := time.Now()
 		ch.count(func() {
 			ch.ran++
+			ch.lives = append(ch.lives, life{start, ranAt})
 			ch.slowest = max(ch.slowest, took)
 			if failed > 0 {
 				ch.retried++
@@ -100,14 +110,71 @@ func (ch *churn) snapshot() (created, ran int) {
 	return ch.created, ch.ran
 }
 
+// life is when a pod of the churn was created and when it ran.
+type life struct{ created, ran time.Time }
+
 // waitRan waits until n more pods than now have run, so that a step of a test
-// happens under churn and not before it gets going.
+// happens under churn and not before it gets going; it fails the test when
+// they do not within podWait: the churn has stopped.
 func (ch *churn) waitRan(n int) {
+	ch.e.t.Helper()
 	_, base := ch.snapshot()
 	deadline := time.Now().Add(podWait)
 	for {
-		if _, ran := ch.snapshot(); ran >= base+n || time.Now().After(deadline) {
+		_, ran := ch.snapshot()
+		if ran >= base+n {
 			return
+		}
+		if time.Now().After(deadline) {
+			ch.e.t.Fatalf("churn: %d pods ran in %s, want %d: the churn has stopped", ran-base, podWait, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// step runs a step of a test, and then waits until n pods of the churn that
+// were set up across it ran: created before it ended, running after it
+// began. It fails the test when they do not within podWait: the step ran
+// without churn under it.
+func (ch *churn) step(name string, n int, do func()) {
+	ch.e.t.Helper()
+	// A step may take less time than a pod's set-up: it begins while a pod
+	// of the churn is being set up.
+	for deadline := time.Now().Add(podWait); ; time.Sleep(20 * time.Millisecond) {
+		ch.mu.Lock()
+		busy := ch.settingUp > 0
+		ch.mu.Unlock()
+		if busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			ch.e.t.Fatalf("churn: no pod being set up for %s before %s: the churn has stopped", podWait, name)
+		}
+	}
+	began := time.Now()
+	do()
+	ended := time.Now()
+	across := func() int {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		k := 0
+		for _, l := range ch.lives {
+			if l.created.Before(ended) && !l.ran.Before(began) {
+				k++
+			}
+		}
+		return k
+	}
+	deadline := time.Now().Add(podWait)
+	for {
+		k := across()
+		if k >= n {
+			ch.e.t.Logf("%s: %d pods of the churn set up across it (%s)", name, k, ended.Sub(began).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			ch.e.t.Fatalf("churn: %d pods set up across %s (%s to %s) ran, want %d: the step ran without churn under it",
+				k, name, began.Format("15:04:05.000"), ended.Format("15:04:05.000"), n)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -60,3 +60,37 @@ func walkFiles(dir, what string, keep func(string) bool) []string {
 	})
 	return out
 }
+
+// HeldBy lists what the node still holds of the given sandboxes (container
+// IDs), while other pods run: their IP leases in the cluster's networks
+// (host-local writes the container ID as a lease's first line), manifold's
+// records and cache files, containerd's libcni cache entries and Device Info
+// files that name them. (Their network namespaces are Reboot's to remove.)
+func (c *Cluster) HeldBy(sandboxes map[string]bool) []string {
+	names := func(p string) bool {
+		for id := range sandboxes {
+			if strings.Contains(p, id) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	for _, n := range ownNetworks {
+		out = append(out, walkFiles(filepath.Join("/var/lib/cni/networks", n), "IP lease", func(p string) bool {
+			if net.ParseIP(filepath.Base(p)) == nil {
+				return false
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return false
+			}
+			first, _, _ := strings.Cut(string(b), "\n")
+			return sandboxes[strings.TrimSpace(first)]
+		})...)
+	}
+	out = append(out, walkFiles("/var/lib/cni/manifold", "manifold record, lock or cache file", names)...)
+	out = append(out, walkFiles("/var/lib/cni/results", "containerd's libcni cache entry", names)...)
+	out = append(out, walkFiles("/run/k8s.cni.cncf.io/devinfo", "Device Info file", names)...)
+	return out
+}

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/e2e/cluster"
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // A second primary, as another network plugin (Cilium, say) installs it: a
@@ -33,7 +35,8 @@ func otherPrimaryConfig() string {
 // follows each change: manifold's config wraps the current primary, is
 // written again when renamed away, is never empty and never nests manifold.
 // While there is no primary, the node is NotReady through manifold's STATUS,
-// with a message that names the missing file, and the installer says why.
+// with a message that names the missing file, the installer says why, and a
+// pod that gets to the kubelet is refused with that message.
 func TestPrimaryChanges(t *testing.T) {
 	e := newTenv(t)
 	cluster.OwnNetwork(otherPrimaryNetwork, otherPrimaryBridge)
@@ -64,7 +67,10 @@ func TestPrimaryChanges(t *testing.T) {
 	e.runOnePod(cluster.PrimaryNetwork)
 
 	// 2. Another plugin takes over, Cilium's way: it renames every config
-	// out of its way, manifold's included, and writes its own.
+	// out of its way, manifold's included, and writes its own. Until the
+	// installer has written manifold's config again, its absence is the
+	// test's doing.
+	guard.excuse("config unreadable")
 	for _, f := range []string{cluster.PrimaryFile, filepath.Base(cluster.ManifoldConfig)} {
 		p := filepath.Join(cluster.ConfDir, f)
 		if err := os.Rename(p, p+".cilium_bak"); err != nil {
@@ -76,12 +82,14 @@ func TestPrimaryChanges(t *testing.T) {
 	}
 	want := filepath.Join(cluster.ConfDir, otherPrimaryFile)
 	e.waitPlugin("clusterNetwork "+want, func(p map[string]any) bool { return p["clusterNetwork"] == want })
+	guard.excuse("")
 	e.wantNodeCNI(cluster.ManifoldNetwork)
 	e.runOnePod(otherPrimaryNetwork)
 
-	// 3. The primary is removed: manifold's config stays, the node turns
-	// NotReady with manifold's message, and a pod fails loudly until the
-	// primary is back; then it runs.
+	// 3. The primary is removed: manifold's config stays (the guard counts
+	// every sample from here on), the node turns NotReady with manifold's
+	// message, and a pod is refused with an event that names the missing
+	// file until the primary is back; then it runs.
 	if err := os.Remove(want); err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +101,16 @@ func TestPrimaryChanges(t *testing.T) {
 	if logs := e.installerLogs(cluster.Thin); !strings.Contains(logs, "the primary CNI config is gone") {
 		t.Errorf("the installer does not say the primary is gone:\n%s", logs)
 	}
-	p, err := e.createPod("noprimary-")
+	// The pod tolerates the NotReady node, so that it gets to the kubelet
+	// and its sandbox is refused there, with manifold's message.
+	spec := cluster.PodSpec(e.ns, testenv.UniqueName("noprimary-"), map[string]string{cluster.NetworksAnnotation: podNetworks})
+	spec.Spec.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	p, err := e.c.Clientset().CoreV1().Pods(e.ns).Create(e.ctx(), spec, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
-	if got := e.fresh(p); got.Status.Phase == corev1.PodRunning {
-		t.Errorf("pod %s runs while the node has no primary CNI", p.Name)
-	}
+	refused := e.waitRefused(p, want)
+	t.Logf("pod %s refused: %s", p.Name, refused)
 	if err := cluster.WritePrimary(otherPrimaryFile, otherPrimaryConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -110,22 +120,36 @@ func TestPrimaryChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	samples, bad := guard.finish()
-	var wrong []string
-	for _, b := range bad {
-		// Step 2 renamed manifold's config away itself; only what the
-		// installer wrote counts.
-		if !strings.Contains(b, "config unreadable") {
-			wrong = append(wrong, b)
-		}
-	}
-	if len(wrong) > 0 {
-		t.Errorf("manifold's config went wrong (%d samples):\n  %s", samples, strings.Join(wrong, "\n  "))
+	if samples, bad := guard.finish(); len(bad) > 0 {
+		t.Errorf("manifold's config went wrong (%d samples):\n  %s", samples, strings.Join(bad, "\n  "))
 	}
 	e.uninstall(cluster.Thin)
 	os.Remove(want)
 	os.Rename(filepath.Join(cluster.ConfDir, cluster.PrimaryFile+".cilium_bak"), filepath.Join(cluster.ConfDir, cluster.PrimaryFile))
 	e.waitNoLeftovers()
+}
+
+// waitRefused waits until the kubelet says why the pod cannot start: an
+// event that names missing, the primary CNI config that is gone (the
+// runtime's network is not ready, with manifold's STATUS message, or the
+// sandbox's ADD failed); and fails the test if the pod runs meanwhile.
+func (e *tenv) waitRefused(p *corev1.Pod, missing string) string {
+	e.t.Helper()
+	deadline := time.Now().Add(podWait)
+	for {
+		if got := e.fresh(p); got.Status.Phase == corev1.PodRunning {
+			e.t.Fatalf("pod %s runs while the node has no primary CNI", p.Name)
+		}
+		for _, ev := range e.c.Events(e.ctx(), p) {
+			if (ev.Reason == "NetworkNotReady" || ev.Reason == "FailedCreatePodSandBox") && strings.Contains(ev.Message, missing) {
+				return ev.Reason + ": " + ev.Message
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("pod %s: no event names the missing primary %s after %s; events: %v", p.Name, missing, podWait, e.c.EventMessages(e.ctx(), p))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitPlugin waits until the plugin of manifold's config on the host

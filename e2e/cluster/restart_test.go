@@ -29,18 +29,22 @@ func TestRestartFailsClosed(t *testing.T) {
 			ch := startChurn(e, 3)
 			ch.waitRan(2)
 
-			old := e.daemonSetPod(mode)
-			out, err := e.c.Kubectl(e.ctx(), "", "-n", "kube-system", "delete", "pod", old.Name, "--wait=false")
-			if err != nil {
-				t.Fatalf("kubectl delete pod: %v: %s", err, out)
-			}
-			e.waitReplaced(mode, old)
+			ch.step("the DaemonSet pod's deletion", 1, func() {
+				old := e.daemonSetPod(mode)
+				out, err := e.c.Kubectl(e.ctx(), "", "-n", "kube-system", "delete", "pod", old.Name, "--wait=false")
+				if err != nil {
+					t.Fatalf("kubectl delete pod: %v: %s", err, out)
+				}
+				e.waitReplaced(mode, old)
+			})
 			ch.waitRan(3)
 
-			pod := e.daemonSetPod(mode)
-			killed := e.killInstallerProcesses(mode)
-			t.Logf("SIGKILLed %v", killed)
-			e.waitRestarted(mode, pod)
+			ch.step("the SIGKILL of its processes", 1, func() {
+				pod := e.daemonSetPod(mode)
+				killed := e.killInstallerProcesses(mode)
+				t.Logf("SIGKILLed %v", killed)
+				e.waitRestarted(mode, pod)
+			})
 			ch.waitRan(3)
 
 			ch.stop()
@@ -69,12 +73,18 @@ func (e *tenv) reboot() {
 	}
 	pods = e.podsRunning(pods)
 	before := map[string]string{}
+	dead := map[string]bool{} // the sandboxes the reboot kills
 	for _, p := range pods {
 		id, _, err := e.c.Sandbox(e.ctx(), p)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		before[p.Name] = id
+		dead[id] = true
+	}
+	if held := e.c.HeldBy(dead); len(held) == 0 {
+		// The check below must be able to see what it looks for.
+		e.t.Fatalf("before the reboot, the node holds nothing of the running sandboxes %v", dead)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx(), 5*time.Minute)
 	defer cancel()
@@ -99,6 +109,17 @@ func (e *tenv) reboot() {
 		}
 	}
 	e.t.Logf("reboot: %d pods back with all their networks %s after the node's restart", len(pods), time.Since(start).Round(time.Millisecond))
+	// The dead sandboxes are released (the kubelet stops each before it
+	// makes the new one), while their pods still run: a leak seen here is
+	// the reboot's, not the deletion's.
+	deadline := time.Now().Add(time.Minute)
+	for held := e.c.HeldBy(dead); len(held) > 0; held = e.c.HeldBy(dead) {
+		if time.Now().After(deadline) {
+			e.t.Errorf("a minute after the pods came back from the reboot, the node still holds of their dead sandboxes:\n  %s", strings.Join(held, "\n  "))
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	if err := e.c.DeleteAndWait(e.ctx(), podWait, pods...); err != nil {
 		e.t.Fatal(err)
 	}

@@ -37,15 +37,17 @@ func TestUpgradeUnderChurn(t *testing.T) {
 		{"thick to thin", cluster.Thin, &cluster.Thick, imageV1},
 	} {
 		ch.waitRan(3)
-		start := time.Now()
-		if step.from != nil {
-			e.switchMode(*step.from, step.to, step.img)
-		} else {
-			e.roll(step.to, step.img)
-		}
-		e.waitConfig(step.to)
-		e.wantInstalled(step.to, step.img)
-		t.Logf("%s: rolled out in %s", step.name, time.Since(start).Round(time.Millisecond))
+		ch.step(step.name, 1, func() {
+			start := time.Now()
+			if step.from != nil {
+				e.switchMode(*step.from, step.to, step.img)
+			} else {
+				e.roll(step.to, step.img)
+			}
+			e.waitConfig(step.to)
+			e.wantInstalled(step.to, step.img)
+			t.Logf("%s: rolled out in %s", step.name, time.Since(start).Round(time.Millisecond))
+		})
 	}
 	ch.waitRan(3)
 	ch.stop()
