@@ -16,12 +16,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -122,16 +120,13 @@ type Handler struct {
 type Containerd struct {
 	CRI
 
-	bins    Binaries
-	opts    Options
-	logFile string
+	runtimeProc
+
+	bins Binaries
+	opts Options
 	// netnsBefore are the cni-* namespaces in /var/run/netns that were there
 	// before this containerd started (HostNetNS): not ours to remove.
 	netnsBefore map[string]bool
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 // Start writes the config, starts containerd, imports the node image (built
@@ -143,7 +138,8 @@ func Start(ctx context.Context, bins Binaries, opts Options) (*Containerd, error
 		return nil, err
 	}
 	c := &Containerd{CRI: CRI{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Image: ImageRef},
-		bins: bins, opts: opts, logFile: filepath.Join(dir, "containerd.log")}
+		bins: bins, opts: opts}
+	c.runtimeProc = runtimeProc{name: "containerd", log: opts.Log, logFile: filepath.Join(dir, "containerd.log")}
 	if opts.HostNetNS {
 		c.netnsBefore = HostNetNSNames()
 	}
@@ -269,42 +265,12 @@ func (c *Containerd) launch(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(c.bins.ContainerdDir, "containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
 	// The shim is found on PATH.
 	cmd.Env = append(os.Environ(), "PATH="+c.bins.ContainerdDir+":"+os.Getenv("PATH"))
-	if c.opts.Log != nil {
-		cmd.Stdout, cmd.Stderr = c.opts.Log, c.opts.Log
-	} else {
-		f, err := os.OpenFile(c.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		cmd.Stdout, cmd.Stderr = f, f
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	done := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(done)
-	}()
-	if err := <-started; err != nil {
-		return fmt.Errorf("start containerd: %w", err)
-	}
-	c.mu.Lock()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
-	return nil
+	return c.startProc(cmd)
 }
 
 // waitCRI waits (at most a minute) until the CRI answers Version.
 func (c *Containerd) waitCRI(ctx context.Context) error {
-	return c.CRI.waitCRI(ctx, "containerd", c.done, c.LogTail)
+	return c.CRI.waitCRI(ctx, "containerd", c.doneChan(), c.LogTail)
 }
 
 // Ctr runs ctr against this containerd, in the k8s.io namespace.
@@ -314,18 +280,6 @@ func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
-// Kill ends containerd with SIGKILL, as a crash would; its shims and
-// sandboxes keep running.
-func (c *Containerd) Kill() {
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.mu.Unlock()
-	if cmd != nil {
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
 // Restart starts containerd again on the same dirs after Kill, and waits for
 // its CRI.
 func (c *Containerd) Restart(ctx context.Context) error {
@@ -333,24 +287,6 @@ func (c *Containerd) Restart(ctx context.Context) error {
 		return err
 	}
 	return c.waitCRI(ctx)
-}
-
-// LogFile is containerd's log file (empty when Options.Log is set). The CNI
-// plugins it runs write their stderr there too.
-func (c *Containerd) LogFile() string {
-	if c.opts.Log != nil {
-		return ""
-	}
-	return c.logFile
-}
-
-// LogTail is the end of containerd's log, when it goes to its file.
-func (c *Containerd) LogTail() string {
-	b, _ := os.ReadFile(c.logFile)
-	if len(b) > 8<<10 {
-		b = b[len(b)-8<<10:]
-	}
-	return string(b)
 }
 
 // Stop removes every sandbox through the CRI (so the CNI DELs run), stops
@@ -368,36 +304,10 @@ func (c *Containerd) Stop() {
 		}
 		cancel()
 	}
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.mu.Unlock()
-	if cmd != nil && !c.exited() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
+	c.terminate(15 * time.Second)
 	c.closeConn()
 	c.removeLeftovers()
 	track(c, nil, false)
-}
-
-func (c *Containerd) exited() bool {
-	c.mu.Lock()
-	done := c.done
-	c.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
 }
 
 func (c *Containerd) removeLeftovers() {

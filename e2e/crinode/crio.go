@@ -3,11 +3,9 @@ package crinode
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,14 +76,11 @@ func findCRIO() (CRIOBinaries, error) {
 type CRIO struct {
 	CRI
 
-	bins    CRIOBinaries
-	opts    Options
-	logFile string
-	reg     *ImageRegistry
+	runtimeProc
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	bins CRIOBinaries
+	opts Options
+	reg  *ImageRegistry
 }
 
 // Kind is "crio".
@@ -104,7 +99,7 @@ func StartCRIO(ctx context.Context, bins CRIOBinaries, opts Options) (*CRIO, err
 		return nil, err
 	}
 	c := &CRIO{CRI: CRI{Dir: dir, Socket: filepath.Join(dir, "crio.sock")}, bins: bins, opts: opts,
-		logFile: filepath.Join(dir, "crio.log")}
+		runtimeProc: runtimeProc{name: "crio", log: opts.Log, logFile: filepath.Join(dir, "crio.log")}}
 	imageCacheOnce.Do(func() {
 		_, err := os.Lstat(imageCacheDir)
 		imageCacheOurs = os.IsNotExist(err)
@@ -155,7 +150,7 @@ func (c *CRIO) start(ctx context.Context) error {
 	if err := c.dial(); err != nil {
 		return err
 	}
-	if err := c.waitCRI(ctx, "crio", c.done, c.LogTail); err != nil {
+	if err := c.waitCRI(ctx, "crio", c.doneChan(), c.LogTail); err != nil {
 		return err
 	}
 	if _, err := c.Images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: c.Image}}); err != nil {
@@ -259,49 +254,7 @@ func (c *CRIO) launch() error {
 	cmd := exec.Command(filepath.Join(c.bins.Dir, "crio"), "--config", filepath.Join(c.Dir, "crio.conf"),
 		"--config-dir", filepath.Join(c.Dir, "conf.d"), "--log-level", "info")
 	cmd.Env = append(os.Environ(), "CONTAINER_REGISTRIES_CONF="+filepath.Join(c.Dir, "registries.conf"))
-	var out io.Writer = c.opts.Log
-	if out == nil {
-		f, err := os.OpenFile(c.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		out = f
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	done := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(done)
-	}()
-	if err := <-started; err != nil {
-		return fmt.Errorf("start crio: %w", err)
-	}
-	c.mu.Lock()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
-	return nil
-}
-
-// Kill ends crio with SIGKILL, as a crash would; conmon and the pods keep
-// running.
-func (c *CRIO) Kill() {
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.mu.Unlock()
-	if cmd != nil && !c.exited() {
-		cmd.Process.Kill()
-		<-done
-	}
+	return c.startProc(cmd)
 }
 
 // Restart starts crio again on the same dirs after Kill or Shutdown, and
@@ -310,59 +263,12 @@ func (c *CRIO) Restart(ctx context.Context) error {
 	if err := c.launch(); err != nil {
 		return err
 	}
-	return c.waitCRI(ctx, "crio", c.done, c.LogTail)
+	return c.waitCRI(ctx, "crio", c.doneChan(), c.LogTail)
 }
 
 // Shutdown stops crio with SIGTERM, as systemd stops it: its pods keep
 // running.
-func (c *CRIO) Shutdown() {
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.mu.Unlock()
-	if cmd == nil || c.exited() {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
-// LogFile is crio's log file (empty when Options.Log is set). It logs each
-// CNI call it makes, at info level.
-func (c *CRIO) LogFile() string {
-	if c.opts.Log != nil {
-		return ""
-	}
-	return c.logFile
-}
-
-// LogTail is the end of crio's log, when it goes to its file.
-func (c *CRIO) LogTail() string {
-	b, _ := os.ReadFile(c.logFile)
-	if len(b) > 8<<10 {
-		b = b[len(b)-8<<10:]
-	}
-	return string(b)
-}
-
-func (c *CRIO) exited() bool {
-	c.mu.Lock()
-	done := c.done
-	c.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *CRIO) Shutdown() { c.terminate(30 * time.Second) }
 
 // Stop removes every sandbox through the CRI (so the CNI DELs run), stops
 // crio, and then removes whatever is still there: runc containers, conmon
