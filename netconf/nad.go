@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/containernetworking/cni/pkg/version"
 )
@@ -66,15 +67,28 @@ func (d NADDevices) Check(network string) (map[string]string, error) {
 	return keys, nil
 }
 
+// maxAttributeLen is the longest string value a DRA device attribute may
+// have (resource.k8s.io's StringValue).
+const maxAttributeLen = 64
+
 // checkResourceName checks AnnotResourceName: a device plugin's extended
 // resource is "<DNS subdomain>/<name>", the name at most 63 characters of
-// letters, digits, '-', '_' and '.'; a DRA claim (Multus's form, no "/") is
-// a Kubernetes object name. Anything else names no device the kubelet could
-// ever have given the pod.
+// letters, digits, '-', '_' and '.'; a name without a "/" is a DRA claim of
+// the pod (Multus v4.3.0's form: a Kubernetes object name) or the value of
+// the k8s.cni.cncf.io/resourceName attribute of the pod's DRA devices (the
+// SR-IOV DRA driver's form, "sriov_nic_1": any string of at most 64
+// characters). Anything else names no device the pod could ever have been
+// given.
 func checkResourceName(v string) error {
 	domain, name, qualified := strings.Cut(v, "/")
 	if !qualified {
-		return checkSubdomain(AnnotResourceName, v)
+		if checkSubdomain(AnnotResourceName, v) == nil {
+			return nil
+		}
+		if len(v) <= maxAttributeLen && !strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+			return nil
+		}
+		return fmt.Errorf("%q %q is neither a DRA claim's name (a DNS-1123 subdomain) nor a DRA device attribute's value (at most %d printable characters, no white space)", AnnotResourceName, truncate(v, 80), maxAttributeLen)
 	}
 	if len(domain) > maxSubdomainLen || !dnsSubdomainRE.MatchString(domain) ||
 		len(name) > maxLabelLen || !qualifiedNameRE.MatchString(name) {

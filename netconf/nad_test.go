@@ -23,7 +23,9 @@ func TestNetworkOfNADVersions(t *testing.T) {
 func TestResourceNames(t *testing.T) {
 	for v, ok := range map[string]bool{
 		"intel.com/sriov_vf": true, "nvidia.com/mlnx_sriov_rdma": true, "nics": true, "example.com/a.b-c": true,
-		"intel.com/sriov vf": false, "intel.com/": false, "/vf": false, "Intel.com/vf": false, "a/b/c": false, "NICS": false,
+		"sriov_nic_2": true, "NICS": true, // a DRA device attribute's value (the SR-IOV DRA driver's form)
+		"intel.com/sriov vf": false, "intel.com/": false, "/vf": false, "Intel.com/vf": false, "a/b/c": false,
+		"sriov nic": false, strings.Repeat("n_", 40): false,
 	} {
 		_, err := NADDevices{Resource: v}.Check("ns/n")
 		if (err == nil) != ok {
