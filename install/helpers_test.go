@@ -107,6 +107,42 @@ func eventually(t *testing.T, what string, cond func() error) {
 	}
 }
 
+// takeOverTwice runs the installer twice on a node that holds Multus's
+// config named multusFile (a restart), each time until Multus's config is
+// moved aside and manifold's written, and fails if the second run writes
+// other bytes than the first. afterFirst runs between the two. It returns
+// what the first run wrote.
+func (n *testNode) takeOverTwice(t *testing.T, multusFile string, afterFirst func()) []byte {
+	t.Helper()
+	var first []byte
+	for run := 1; run <= 2; run++ {
+		cancel, done := n.start(t)
+		eventually(t, "Multus's config is moved", func() error {
+			if _, err := os.Stat(filepath.Join(n.o.CNIConfDir, multusFile)); !os.IsNotExist(err) {
+				return fmt.Errorf("%s is still there (%v)", multusFile, err)
+			}
+			_, err := os.Stat(filepath.Join(n.o.CNIConfDir, multusFile+MultusDisabledSuffix))
+			return err
+		})
+		eventually(t, "manifold's config is written", func() error { _, _, err := n.plugin(); return err })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		data, err := os.ReadFile(n.confOut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run == 1 {
+			first = data
+			afterFirst()
+		} else if string(data) != string(first) {
+			t.Errorf("the second run wrote\n%s\nthe first\n%s", data, first)
+		}
+	}
+	return first
+}
+
 // testNode is a temp dir standing in for a node: the host's CNI dirs as the
 // installer's pod mounts them, and the pod's projected token volume.
 type testNode struct {

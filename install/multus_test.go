@@ -40,34 +40,11 @@ func TestRunTakesOverFromMultus(t *testing.T) {
 	n := newTestNode(t, true)
 	n.writeConf(t, "10-calico.conflist", calicoConflist)
 	n.writeConf(t, "00-multus.conf", multusConf)
-	var first []byte
-	for run := 1; run <= 2; run++ {
-		cancel, done := n.start(t)
-		eventually(t, "Multus's config is moved", func() error {
-			if _, err := os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conf")); !os.IsNotExist(err) {
-				return err
-			}
-			_, err := os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conf"+MultusDisabledSuffix))
-			return err
-		})
-		eventually(t, "manifold's config is written", func() error { _, _, err := n.plugin(); return err })
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("run %d: %v", run, err)
+	first := n.takeOverTwice(t, "00-multus.conf", func() {
+		if err := logHas(n.logs, "took the node over from Multus"); err != nil {
+			t.Error(err)
 		}
-		data, err := os.ReadFile(n.confOut)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if run == 1 {
-			first = data
-			if err := logHas(n.logs, "took the node over from Multus"); err != nil {
-				t.Error(err)
-			}
-		} else if string(data) != string(first) {
-			t.Errorf("the second run wrote\n%s\nthe first\n%s", data, first)
-		}
-	}
+	})
 	version, p, err := decodeConflist(first)
 	if err != nil {
 		t.Fatal(err)

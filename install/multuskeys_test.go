@@ -133,30 +133,10 @@ func TestTakeoverOfThickMultus(t *testing.T) {
 	client := kubernetes.Interface(fake.NewClientset(multusDaemonConfigMap(multusDaemonJSON)))
 	n.o.MultusDaemonConfig = DefaultMultusDaemonConfig
 	n.o.newClient = func() (kubernetes.Interface, error) { return client, nil }
-	var first []byte
-	for run := 1; run <= 2; run++ {
-		cancel, done := n.start(t)
-		eventually(t, "Multus's config is moved", func() error {
-			_, err := os.Stat(filepath.Join(n.o.CNIConfDir, "00-multus.conf"+MultusDisabledSuffix))
-			return err
-		})
-		eventually(t, "manifold's config is written", func() error { _, _, err := n.plugin(); return err })
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("run %d: %v", run, err)
-		}
-		data, err := os.ReadFile(n.confOut)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if run == 1 {
-			first = data
-			// The ConfigMap is deleted once every node is done.
-			client = fake.NewClientset()
-		} else if string(data) != string(first) {
-			t.Errorf("the run from the kept copy wrote\n%s\nthe first\n%s", data, first)
-		}
-	}
+	first := n.takeOverTwice(t, "00-multus.conf", func() {
+		// The ConfigMap is deleted once every node is done.
+		client = fake.NewClientset()
+	})
 	version, p, err := decodeConflist(first)
 	if err != nil {
 		t.Fatal(err)
