@@ -8,10 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,25 +53,7 @@ func TestTakeoverReadsMultusDaemonConfigMap(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cms.Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
 
-	installer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("mftakeover-"), Namespace: saNamespace, Labels: n.ds.Spec.Template.Labels},
-		Spec: *n.ds.Spec.Template.Spec.DeepCopy()}
-	installer, err = e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), installer, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create installer pod: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = e.k8s.CoreV1().Pods(saNamespace).Delete(context.Background(), installer.Name, metav1.DeleteOptions{})
-	})
-	ca, err := os.ReadFile(e.cp.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.project(mintToken(t, e.cp, installer, n.tokenExpiration()), ca)
-	in := n.start(o)
-	in.waitFor(t, "Multus's config moved out of the way", 30*time.Second, func() bool {
-		_, err := os.Stat(filepath.Join(o.HostCNIConfDir, "00-multus.conf.disabled-by-manifold"))
-		return err == nil
-	})
+	e.takeOver(t, n, o, "mftakeover-")
 	copyPath := filepath.Join(o.HostCNIConfDir, "manifold.d", "multus-daemon-config.json")
 	if got := string(mustRead(t, copyPath)); got != daemonConfig {
 		t.Errorf("the installer's copy of Multus's daemon config holds %q, want the ConfigMap's %q", got, daemonConfig)

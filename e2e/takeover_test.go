@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/e2e/crinode"
+	"github.com/manifold-cni/manifold/install"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
@@ -61,25 +62,7 @@ func TestThickTakeoverOfMultus(t *testing.T) {
 	sm := nextSubnet()
 	e.nad(e.ns, "mv", e.macvlanConf("", sm))
 
-	installer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("mfthick-"), Namespace: saNamespace, Labels: n.ds.Spec.Template.Labels},
-		Spec: *n.ds.Spec.Template.Spec.DeepCopy()}
-	installer, err := e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), installer, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create installer pod: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = e.k8s.CoreV1().Pods(saNamespace).Delete(context.Background(), installer.Name, metav1.DeleteOptions{})
-	})
-	ca, err := os.ReadFile(e.cp.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.project(mintToken(t, e.cp, installer, n.tokenExpiration()), ca)
-	in := n.start(o)
-	in.waitFor(t, "Multus's config moved out of the way", 30*time.Second, func() bool {
-		_, err := os.Stat(filepath.Join(o.HostCNIConfDir, "00-multus.conf.disabled-by-manifold"))
-		return err == nil
-	})
+	e.takeOver(t, n, o, "mfthick-")
 	runtimeConfig(t, o.HostCNIConfDir, o.ConfigName)
 
 	// The daemon, as the DaemonSet runs it.
@@ -176,4 +159,31 @@ func (n *node) daemonFlags(t *testing.T) []string {
 		flags = append(flags, name+"="+value)
 	}
 	return flags
+}
+
+// takeOver runs the DaemonSet's installer on n, with options o, as a pod
+// named prefix-… of the manifold ServiceAccount would (its token projected
+// as the kubelet does), and waits until it has moved Multus's config out of
+// the runtime's way. The installer runs until the test ends.
+func (e *env) takeOver(t *testing.T, n *node, o *install.Options, prefix string) {
+	t.Helper()
+	installer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName(prefix), Namespace: saNamespace, Labels: n.ds.Spec.Template.Labels},
+		Spec: *n.ds.Spec.Template.Spec.DeepCopy()}
+	installer, err := e.k8s.CoreV1().Pods(saNamespace).Create(e.ctx(), installer, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create installer pod: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = e.k8s.CoreV1().Pods(saNamespace).Delete(context.Background(), installer.Name, metav1.DeleteOptions{})
+	})
+	ca, err := os.ReadFile(e.cp.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.project(mintToken(t, e.cp, installer, n.tokenExpiration()), ca)
+	in := n.start(o)
+	in.waitFor(t, "Multus's config moved out of the way", 30*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(o.HostCNIConfDir, "00-multus.conf.disabled-by-manifold"))
+		return err == nil
+	})
 }
