@@ -7,24 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
-)
 
-// netSysctl reads a sysctl under /proc/sys/net in the pod's netns.
-func netSysctl(t *testing.T, netns ns.NetNS, key string) string {
-	t.Helper()
-	var v string
-	err := netns.Do(func(ns.NetNS) error {
-		b, err := os.ReadFile(filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/")))
-		v = strings.TrimSpace(string(b))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("read %s in the pod: %v", key, err)
-	}
-	return v
-}
+	"github.com/manifold-cni/manifold/internal/testenv"
+)
 
 // TestChainsFromFiles: the three chains that come from files on the node,
 // with a real API server and the real tuning plugin.
@@ -67,7 +53,7 @@ func TestChainsFromFiles(t *testing.T) {
 		"net.ipv4.conf.net1.arp_filter":   "1",
 		"net.ipv4.conf.eth0.arp_announce": "2",
 	} {
-		if got := netSysctl(t, box.netns, key); got != want {
+		if got := testenv.NetnsSysctl(t, box.netns, key); got != want {
 			t.Errorf("%s = %s in the pod, want %s from the chained tuning", key, got, want)
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
@@ -27,21 +25,6 @@ func writeConfs(t *testing.T, dir string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// podSysctl reads a sysctl under /proc/sys/net inside the pod's netns.
-func podSysctl(t *testing.T, netns ns.NetNS, key string) string {
-	t.Helper()
-	var v string
-	err := netns.Do(func(ns.NetNS) error {
-		b, err := os.ReadFile(filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/")))
-		v = strings.TrimSpace(string(b))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("read %s in the pod: %v", key, err)
-	}
-	return v
 }
 
 // recorded reads what the recorder plugin saved of one call, nil if none.
@@ -82,14 +65,14 @@ func TestSubdirectoryChain(t *testing.T) {
 	})
 	conf := testenv.Conf(t, n.manifoldConf(t, "1.0.0", map[string]any{"clusterNetwork": filepath.Join(confDir, "10-podnet.conflist")}))
 	pod, netns := newPod(t)
-	if got := podSysctl(t, netns, "net.ipv4.conf.all.arp_filter"); got != "0" {
+	if got := testenv.NetnsSysctl(t, netns, "net.ipv4.conf.all.arp_filter"); got != "0" {
 		t.Fatalf("a new netns has arp_filter %s; the test needs 0", got)
 	}
 	if _, err := n.rt.Add(ctx, conf, pod); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
 	t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
-	if got := podSysctl(t, netns, "net.ipv4.conf.eth0.arp_filter"); got != "1" {
+	if got := testenv.NetnsSysctl(t, netns, "net.ipv4.conf.eth0.arp_filter"); got != "1" {
 		t.Errorf("eth0 arp_filter = %s, want 1 from the chained tuning plugin", got)
 	}
 	add := recorded(t, recordDir, "ADD", "eth0")
@@ -155,7 +138,7 @@ func TestAuxiliaryChain(t *testing.T) {
 				t.Fatalf("ADD: %v", err)
 			}
 			t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
-			if got := podSysctl(t, netns, "net.ipv4.conf.eth0.arp_filter"); got != "1" {
+			if got := testenv.NetnsSysctl(t, netns, "net.ipv4.conf.eth0.arp_filter"); got != "1" {
 				t.Errorf("eth0 arp_filter = %s, want 1 from the auxiliary chain's tuning", got)
 			}
 			links := podLinks(t, netns)
@@ -230,7 +213,7 @@ func TestThickChains(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = n.rt.Del(ctx, conf, pod) })
 	for key, want := range map[string]string{"net.ipv4.conf.eth0.arp_filter": "1", "net.ipv4.conf.eth0.arp_announce": "2"} {
-		if got := podSysctl(t, netns, key); got != want {
+		if got := testenv.NetnsSysctl(t, netns, key); got != want {
 			t.Errorf("%s = %s, want %s from a chained tuning", key, got, want)
 		}
 	}
