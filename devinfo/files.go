@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
 // Outcome says what Copy did.
@@ -66,7 +66,7 @@ func (d Dir) Copy(resource, deviceID string, att Attachment) (Outcome, error) {
 	if err != nil {
 		return 0, err
 	}
-	b, err := readBounded(src)
+	b, err := safefile.ReadNoFollow(src, MaxFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return NoDevicePluginFile, nil
 	}
@@ -133,7 +133,7 @@ func place(dst string, b []byte, info *Info, att Attachment) error {
 // compareExisting decides about a file that was there before Copy: the same
 // document (whitespace aside) is a retried ADD's copy and fine.
 func compareExisting(dst string, want *Info, att Attachment) (Outcome, error) {
-	b, err := readBounded(dst)
+	b, err := safefile.ReadNoFollow(dst, MaxFileBytes)
 	if err != nil {
 		return 0, fmt.Errorf("copy device info for %s: it exists, and: %w", att, err)
 	}
@@ -180,7 +180,7 @@ func (d Dir) Read(att Attachment) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := readBounded(path)
+	b, err := safefile.ReadNoFollow(path, MaxFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -205,34 +205,4 @@ func (d Dir) Remove(att Attachment) error {
 		return fmt.Errorf("remove device info for %s: %w", att, err)
 	}
 	return nil
-}
-
-// readBounded reads a regular file of at most MaxFileBytes. It does not
-// follow a symlink in the last component and does not block on a FIFO: the
-// dp directory is written by device plugins, and what is read here ends up
-// in a pod's annotation.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("%s is a symlink, which is not followed", path)
-		}
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxFileBytes)
-	}
-	return b, nil
 }

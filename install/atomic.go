@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
 // WriteFileAtomic replaces path with data. A reader (the container runtime
@@ -93,22 +95,8 @@ func syncDir(dir string) error {
 // so that a wrong path (a device, a huge file) cannot exhaust memory.
 const maxFileBytes = 4 << 20
 
-// readCapped reads a small file whole.
-func readCapped(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxFileBytes {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileBytes)
-	}
-	return b, nil
-}
+// readCapped reads a small regular file whole.
+func readCapped(path string) ([]byte, error) { return safefile.Read(path, maxFileBytes) }
 
 // sameContent reports whether path exists and holds exactly data. Comparing
 // before writing keeps a reconcile that changes nothing from touching the

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
 // cacheKind is libcni's cache format tag (libcni v0.8 and later).
@@ -70,7 +72,7 @@ func readCache(dir, containerID string) ([]*cacheEntry, []string, error) {
 	var entries []*cacheEntry
 	var warnings []string
 	for _, f := range files {
-		b, err := readBounded(f)
+		b, err := safefile.ReadNoFollow(f, MaxFileBytes)
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("skip cache file %s: %v", f, err))
 			continue

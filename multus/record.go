@@ -3,12 +3,11 @@ package multus
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
+	"github.com/manifold-cni/manifold/internal/safefile"
 	"github.com/manifold-cni/manifold/netconf"
 	"github.com/manifold-cni/manifold/scratch"
 )
@@ -178,7 +177,7 @@ func LoadWith(dir, containerID string, opts Options) (*Record, error) {
 
 // readRecord returns the record's entries, or nil, nil when there is no record.
 func readRecord(path string) ([]rawEntry, error) {
-	b, err := readBounded(path)
+	b, err := safefile.ReadNoFollow(path, MaxFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -190,29 +189,4 @@ func readRecord(path string) ([]rawEntry, error) {
 		return nil, fmt.Errorf("read Multus record %s: %w", path, err)
 	}
 	return entries, nil
-}
-
-// readBounded reads a regular file of at most MaxFileBytes. It refuses a
-// symlink or a FIFO (which would block the call) rather than follow it.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s: not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("read %s: more than the limit of %d bytes", path, MaxFileBytes)
-	}
-	return b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/manifold-cni/manifold/internal/safefile"
 	"github.com/manifold-cni/manifold/scratch"
 )
 
@@ -51,7 +52,7 @@ func Remove(dir, containerID string) error {
 
 // ownedBy says whether a cache file named for containerID may be removed.
 func ownedBy(path, containerID string) bool {
-	b, err := readBounded(path)
+	b, err := safefile.ReadNoFollow(path, MaxFileBytes)
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist) // unreadable, e.g. over the bound: still named for it
 	}
@@ -115,7 +116,7 @@ func cachedContainers(dir string) ([]string, error) {
 		if !de.Type().IsRegular() {
 			continue
 		}
-		b, err := readBounded(filepath.Join(rdir, de.Name()))
+		b, err := safefile.ReadNoFollow(filepath.Join(rdir, de.Name()), MaxFileBytes)
 		if err != nil {
 			continue
 		}

@@ -2,13 +2,12 @@ package netconf
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
 // MaxChainPlugins caps the plugin configs read from one network's
@@ -115,9 +114,9 @@ func ChainPlugins(dir, name string) ([]json.RawMessage, error) {
 		if len(out) == MaxChainPlugins {
 			return nil, fmt.Errorf("read plugin chain %s: more than %d .conf files", sub, MaxChainPlugins)
 		}
-		b, err := readChainFile(file)
+		b, err := safefile.ReadNoFollow(file, MaxConfigBytes)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read chained plugin config: %w", err)
 		}
 		if total += len(b); total > MaxConfigBytes {
 			return nil, fmt.Errorf("read plugin chain %s: its files hold more than the limit of %d bytes", sub, MaxConfigBytes)
@@ -132,34 +131,6 @@ func ChainPlugins(dir, name string) ([]json.RawMessage, error) {
 		out = append(out, b)
 	}
 	return out, nil
-}
-
-// readChainFile reads one chained plugin config: not through a symlink,
-// only a regular file, at most MaxConfigBytes.
-func readChainFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("read chained plugin config %s: it is a symlink, which a chain directory may not hold", path)
-		}
-		return nil, fmt.Errorf("read chained plugin config %s: %w", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read chained plugin config %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read chained plugin config %s: it is not a regular file (%s)", path, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read chained plugin config %s: %w", path, err)
-	}
-	if len(b) > MaxConfigBytes {
-		return nil, fmt.Errorf("read chained plugin config %s: more than the limit of %d bytes", path, MaxConfigBytes)
-	}
-	return b, nil
 }
 
 // checkPlugin applies ParseNetwork's rules for one plugin to a chained one,

@@ -3,13 +3,13 @@ package netconf
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"syscall"
+
+	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
 // MaxConfigBytes caps any one network config we read, from stdin, a file or a NAD.
@@ -189,9 +189,9 @@ func LoadNetworkFile(path string) (*Network, error) {
 
 // parseNetworkFile reads and parses one config file, without its chain.
 func parseNetworkFile(path string) ([]byte, *Network, error) {
-	b, err := readCapped(path)
+	b, err := safefile.Read(path, MaxConfigBytes)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("read network config: %w", err)
 	}
 	n, err := ParseNetwork(b, "")
 	if err != nil {
@@ -275,31 +275,6 @@ func configFiles(dir string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
-}
-
-// readCapped reads a config file of at most MaxConfigBytes. It follows a
-// symlink, as the runtimes do for the files of the conf dir, but reads only
-// a regular file: a FIFO would block the call (hence O_NONBLOCK, which does
-// not change how a regular file reads).
-func readCapped(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s: not a regular file (%s)", path, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > MaxConfigBytes {
-		return nil, fmt.Errorf("read %s: more than the limit of %d bytes", path, MaxConfigBytes)
-	}
-	return b, nil
 }
 
 func truncate(s string, n int) string {

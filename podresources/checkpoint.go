@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
+
+	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
 // DefaultCheckpoint is where the kubelet's device manager keeps its
@@ -81,17 +81,9 @@ func ReadCheckpoint(path, uid string) (Devices, error) {
 	if uid == "" {
 		return nil, fmt.Errorf("read device checkpoint %s: the pod's UID is unknown, and the checkpoint knows pods only by UID", path)
 	}
-	f, err := os.Open(path)
+	b, err := safefile.Read(path, MaxCheckpointBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read device checkpoint: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxCheckpointBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read device checkpoint %s: %w", path, err)
-	}
-	if len(b) > MaxCheckpointBytes {
-		return nil, fmt.Errorf("read device checkpoint %s: larger than %d bytes", path, MaxCheckpointBytes)
 	}
 	var cp checkpointFile
 	if err := json.Unmarshal(b, &cp); err != nil {
