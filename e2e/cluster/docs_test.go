@@ -12,7 +12,8 @@ import (
 
 // TestDocsGiveTheCommands: every kubectl command that the cluster tier and
 // the demo run to install manifold, and to switch modes, stands in
-// docs/install.md as the admin is told to type it.
+// docs/install.md as the admin is told to type it; so does the installer
+// flag that TestMultusE2E adds.
 func TestDocsGiveTheCommands(t *testing.T) {
 	root, err := testenv.FindRepoRoot()
 	if err != nil {
@@ -32,5 +33,8 @@ func TestDocsGiveTheCommands(t *testing.T) {
 		if !strings.Contains(string(doc), s.String()) {
 			t.Errorf("docs/install.md does not give the command %q", s)
 		}
+	}
+	if !strings.Contains(string(doc), auxInstallerArg) {
+		t.Errorf("docs/install.md does not give the installer flag %s", auxInstallerArg)
 	}
 }

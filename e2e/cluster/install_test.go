@@ -58,16 +58,16 @@ func TestInstall(t *testing.T) {
 	}
 }
 
-// install installs manifold in mode from image and waits for its config and
-// for the node to be Ready. The primary CNI's config is written after the
-// DaemonSet, as a cluster's network plugin starts beside it: the installer
-// waits for it.
-func (e *tenv) install(mode cluster.Mode, image string) {
+// install installs manifold in mode from image, with the installer's own
+// flags and installerArgs, and waits for its config and for the node to be
+// Ready. The primary CNI's config is written after the DaemonSet, as a
+// cluster's network plugin starts beside it: the installer waits for it.
+func (e *tenv) install(mode cluster.Mode, image string, installerArgs ...string) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	if err := e.c.Install(ctx, mode, image); err != nil {
+	if err := e.c.Install(ctx, mode, image, installerArgs...); err != nil {
 		e.t.Fatalf("%v\n%s", err, e.installerLogs(mode))
 	}
 	if err := ensurePrimary(); err != nil {

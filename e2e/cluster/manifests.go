@@ -52,9 +52,10 @@ const placeholderImage = "ghcr.io/manifold-cni/manifold:latest"
 // Manifest is deployments/<file> as an admin applies it to this cluster: the
 // image reference replaced, and the installer given --api-server, because
 // there is no kube-proxy here to make the kubernetes Service reachable from
-// the host network. Nothing else changes; the result is JSON, which kubectl
-// applies like the YAML.
-func (c *Cluster) Manifest(file, image string) ([]byte, error) {
+// the host network, then installerArgs (an admin's own flags, as
+// docs/install.md lists them). Nothing else changes; the result is JSON,
+// which kubectl applies like the YAML.
+func (c *Cluster) Manifest(file, image string, installerArgs ...string) ([]byte, error) {
 	root, err := testenv.FindRepoRoot()
 	if err != nil {
 		return nil, err
@@ -63,11 +64,11 @@ func (c *Cluster) Manifest(file, image string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return manifest(b, image, c.CP.URL)
+	return manifest(b, image, c.CP.URL, installerArgs)
 }
 
 // manifest is the edit that Manifest makes.
-func manifest(yamlDoc []byte, image, apiServer string) ([]byte, error) {
+func manifest(yamlDoc []byte, image, apiServer string, installerArgs []string) ([]byte, error) {
 	var obj map[string]any
 	if err := yaml.Unmarshal(yamlDoc, &obj); err != nil {
 		return nil, err
@@ -83,7 +84,11 @@ func manifest(yamlDoc []byte, image, apiServer string) ([]byte, error) {
 		}
 		if ctr["name"] == "install" {
 			args, _ := ctr["args"].([]any)
-			ctr["args"] = append(args, "--api-server="+apiServer)
+			args = append(args, "--api-server="+apiServer)
+			for _, a := range installerArgs {
+				args = append(args, a)
+			}
+			ctr["args"] = args
 		}
 	}
 	if replaced == 0 {
@@ -105,10 +110,12 @@ func dig(v any, keys ...string) any {
 
 // Step is one kubectl command of docs/install.md, as an admin types it
 // there. Apply, when set, is the deployments/ file whose edited copy
-// (Manifest) is applied instead of the file itself.
+// (Manifest) is applied instead of the file itself, with InstallerArgs added
+// to its installer's.
 type Step struct {
-	Args  []string
-	Apply string
+	Args          []string
+	Apply         string
+	InstallerArgs []string
 }
 
 // String is the command as docs/install.md writes it.
@@ -148,7 +155,7 @@ func (c *Cluster) Run(ctx context.Context, s Step, image string) (string, error)
 	}
 	args, stdin := s.Args, ""
 	if s.Apply != "" {
-		m, err := c.Manifest(s.Apply, image)
+		m, err := c.Manifest(s.Apply, image, s.InstallerArgs...)
 		if err != nil {
 			return "", err
 		}
@@ -180,9 +187,16 @@ func (c *Cluster) runSteps(ctx context.Context, steps []Step, image string) erro
 	return nil
 }
 
-// Install installs manifold in mode with image (InstallSteps).
-func (c *Cluster) Install(ctx context.Context, mode Mode, image string) error {
-	return c.runSteps(ctx, InstallSteps(mode), image)
+// Install installs manifold in mode with image (InstallSteps), its
+// installer given installerArgs too.
+func (c *Cluster) Install(ctx context.Context, mode Mode, image string, installerArgs ...string) error {
+	steps := InstallSteps(mode)
+	for i := range steps {
+		if steps[i].Apply != "" {
+			steps[i].InstallerArgs = installerArgs
+		}
+	}
+	return c.runSteps(ctx, steps, image)
 }
 
 // Roll applies the DaemonSet of mode with image (an upgrade) and waits for

@@ -39,8 +39,9 @@ type Kubelet struct {
 // container here: cgroup v1 with cgroupfs and no QoS cgroups or allocatable
 // enforcement, no swap check, no local storage isolation, eviction thresholds
 // near zero (cadvisor cannot stat the root disk here), anonymous AlwaysAllow
-// auth on 127.0.0.1, and everything in its own dir. Node status is reported
-// every second, so that a NotReady shows quickly.
+// auth on 127.0.0.1, and everything in its own dir (its static pods'
+// manifests too: StaticPodDir). Node status is reported every second, so that
+// a NotReady shows quickly.
 func (k *Kubelet) kubeletConfig(endpoint string, port, healthz int) string {
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -71,6 +72,7 @@ healthzBindAddress: 127.0.0.1
 healthzPort: ` + strconv.Itoa(healthz) + `
 containerRuntimeEndpoint: unix://` + endpoint + `
 podLogsDir: ` + filepath.Join(k.Dir, "pod-logs") + `
+staticPodPath: ` + k.StaticPodDir() + `
 nodeStatusUpdateFrequency: 1s
 nodeStatusReportFrequency: 1s
 syncFrequency: 5s
@@ -114,6 +116,9 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 	}
 	healthz, err := freePort()
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(k.StaticPodDir(), 0o755); err != nil {
 		return err
 	}
 	config := filepath.Join(k.Dir, "config.yaml")
@@ -176,6 +181,11 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 // pod-resources/kubelet.sock there, and plugins (a DRA driver) register in
 // its plugins_registry.
 func (k *Kubelet) RootDir() string { return filepath.Join(k.Dir, "root") }
+
+// StaticPodDir is the kubelet's staticPodPath: a pod manifest written there
+// runs as a static pod, and the kubelet gives it a mirror pod in the API
+// (named <pod>-<node>); removing the file stops the pod. Empty at the start.
+func (k *Kubelet) StaticPodDir() string { return filepath.Join(k.Dir, "manifests") }
 
 // PodLogsDir is where the kubelet keeps the containers' logs:
 // <namespace>_<pod>_<uid>/<container>/<restart count>.log.
