@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
@@ -58,6 +59,15 @@ type Exec struct {
 	// Busy reports whether the node's CPUs are saturated; no process is
 	// started early then (nil: cpuBusy).
 	Busy func() bool
+	// ReapLater answers a plugin's call as soon as it has exited and its
+	// output is read, and reaps the process reapDelay later, off the call's
+	// path: reaped at once, a plugin that looked at its threads in /proc
+	// (as the CNI ns package does) costs its reaper 1.5-2.5 ms of CPU, most
+	// of it spent waiting on the plugin's own exiting threads
+	// (docs/performance-history.md, change 18). The node daemon sets it; the
+	// binary, which exits after its call, does not, so that it leaves no
+	// exited child to the node's init.
+	ReapLater bool
 
 	mu   sync.Mutex
 	plan []Call // the calls expected next, in order
@@ -313,7 +323,7 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 		case <-time.After(time.Second):
 		}
 	}
-	done := p.give(ctx, stdinData)
+	done := p.give(ctx, stdinData, e.ReapLater)
 	e.startNext()
 	err := <-done
 	if err != nil && ctx.Err() != nil {
@@ -370,6 +380,12 @@ type proc struct {
 	stdin   io.WriteCloser
 	stdout  cappedBuffer
 	stderr  cappedBuffer
+	// outR and errR are the read ends of the plugin's stdout and stderr;
+	// read, each sends once on output when its reader has reached its end.
+	outR, errR *os.File
+	output     chan struct{}
+	reapOnce   sync.Once
+	reapErr    error // cmd.Wait's answer, once reaped
 }
 
 func (e *Exec) startProc(p *proc) error {
@@ -382,18 +398,36 @@ func (e *Exec) startProc(p *proc) error {
 		cmd.Dir = "/"
 	}
 	p.stdout.max, p.stderr.max = MaxPluginStdout, MaxPluginStderr
-	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
-	// A process the plugin left behind may hold its stdout open; past this,
-	// after the plugin's own exit, Wait stops waiting for it.
-	cmd.WaitDelay = outputDelay
-	stdin, err := cmd.StdinPipe()
+	// The output pipes are this package's own, not os/exec's, so that the
+	// output can be read to its end without reaping the process (ReapLater).
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	if err := spawn(cmd); err != nil {
-		stdin.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
 		return err
 	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		if err = spawn(cmd); err != nil {
+			stdin.Close()
+		}
+	}
+	// The child has its own copies of the write ends.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return err
+	}
+	p.outR, p.errR, p.output = outR, errR, make(chan struct{}, 2)
+	go p.readOutput(outR, &p.stdout)
+	go p.readOutput(errR, &p.stderr)
 	// The process is ours and not yet reaped, so its pid cannot have been
 	// reused. This pidfd is a file of its own: making it non-blocking does
 	// not touch the one os.Process waits on.
@@ -405,9 +439,39 @@ func (e *Exec) startProc(p *proc) error {
 	return nil
 }
 
+// readOutput reads one of the plugin's output pipes to its end (or until
+// awaitOutput closes it) into buf, closes it, and says so on p.output.
+func (p *proc) readOutput(r *os.File, buf *cappedBuffer) {
+	buf.ReadFrom(r)
+	r.Close()
+	p.output <- struct{}{}
+}
+
+// awaitOutput waits for the plugin's stdout and stderr to reach their end.
+// A process the plugin left behind may hold them open: outputDelay after the
+// plugin's own exit, what was read so far is taken, as exec.Cmd.WaitDelay
+// would.
+func (p *proc) awaitOutput() {
+	t := time.NewTimer(outputDelay)
+	defer t.Stop()
+	for n := 0; n < 2; n++ {
+		select {
+		case <-p.output:
+		case <-t.C:
+			// Unblocks the readers' Read; each closes its file once done.
+			p.outR.SetReadDeadline(time.Now())
+			p.errR.SetReadDeadline(time.Now())
+			for ; n < 2; n++ {
+				<-p.output
+			}
+			return
+		}
+	}
+}
+
 // give writes the call's stdin and returns a channel that receives the
 // process's exit. ctx ending kills the process.
-func (p *proc) give(ctx context.Context, stdin []byte) <-chan error {
+func (p *proc) give(ctx context.Context, stdin []byte, reapLater bool) <-chan error {
 	go func() {
 		// A plugin that exits without reading all of it makes this fail;
 		// its exit status is what counts.
@@ -416,11 +480,7 @@ func (p *proc) give(ctx context.Context, stdin []byte) <-chan error {
 	}()
 	waited := make(chan error, 1)
 	go func() {
-		err := p.wait()
-		if errors.Is(err, exec.ErrWaitDelay) {
-			err = nil // the plugin exited with success; only a leftover child held its output
-		}
-		waited <- err
+		waited <- p.wait(reapLater)
 	}()
 	done := make(chan error, 1)
 	go func() {
@@ -433,6 +493,7 @@ func (p *proc) give(ctx context.Context, stdin []byte) <-chan error {
 			// before the leader is reaped, while its group id is still its own.
 			killGroup(p.cmd.Process.Pid)
 			<-waited
+			p.reap() // now: awaitGroup needs the leader gone
 			err := ctx.Err()
 			if left := p.awaitGroup(); left != nil {
 				err = left
@@ -466,46 +527,123 @@ func (p *proc) kill() {
 	}
 	killGroup(p.cmd.Process.Pid)
 	p.stdin.Close()
-	p.wait()
+	p.wait(false)
 	p.awaitGroup()
 }
 
-// wait waits for the process to exit, then reaps it and collects its output
-// (exec.Cmd.Wait). The exit is awaited on the process's pidfd through Go's
-// netpoller, not in a blocking waitid: a goroutine blocked in a system call
-// for a delegate's 40 ms makes the Go runtime's monitor thread (sysmon) take
-// its P back after 10 ms and poll every 20 µs for a while after that, which
-// cost about 45 context switches and 0.6-0.9 ms of CPU per delegate on this
-// project's test machine, CPU that the running delegate needs
-// (docs/performance-history.md, change 10). Without a pidfd it falls back to Wait
-// alone.
-func (p *proc) wait() error {
+// wait waits for the process to exit and for its output to end, and returns
+// its exit as exec.Cmd.Wait would. The exit is awaited on the process's
+// pidfd through Go's netpoller, not in a blocking waitid: a goroutine blocked
+// in a system call for a delegate's 40 ms makes the Go runtime's monitor
+// thread (sysmon) take its P back after 10 ms and poll every 20 µs for a
+// while after that, which cost about 45 context switches and 0.6-0.9 ms of
+// CPU per delegate on this project's test machine, CPU that the running
+// delegate needs (docs/performance-history.md, change 10). Without a pidfd it
+// falls back to Wait alone.
+//
+// With reapLater, the exit status is read without reaping, and the process
+// is reaped reapDelay later (Exec.ReapLater); until then it is a zombie,
+// which holds its pid and so its process group's id.
+func (p *proc) wait(reapLater bool) error {
+	var status error
+	reaped := true
 	if p.pidfd >= 0 {
-		awaitExit(p.pidfd)
+		info, ok := awaitExit(p.pidfd)
 		p.pidfd = -1
+		if ok && reapLater {
+			status, reaped = exitStatus(info), false
+		}
 	}
-	return p.cmd.Wait()
+	if reaped {
+		status = p.reap()
+	}
+	p.awaitOutput()
+	if !reaped {
+		time.AfterFunc(reapDelay, func() { p.reap() })
+	}
+	return status
+}
+
+// reapDelay is how long after a plugin's exit ReapLater reaps it: by then
+// the plugin's threads have finished their own exit, which a reap at once
+// waits for, spinning (docs/performance-history.md, change 18). Those threads
+// run late on a busy node: at a load of 8 on 2 CPUs, a reap 5 ms after the
+// exit still cost 0.8-1.6 ms, one 50 ms after it 0.1-0.3 ms. A zombie holds
+// only its pid and its task until then.
+const reapDelay = 100 * time.Millisecond
+
+// reap reaps the process, once, and returns its exit as exec.Cmd.Wait does.
+func (p *proc) reap() error {
+	p.reapOnce.Do(func() { p.reapErr = p.cmd.Wait() })
+	return p.reapErr
+}
+
+// exitError is a plugin's exit other than success, read from its siginfo
+// without reaping it; its text is that of exec.ExitError.
+type exitError struct {
+	code   int            // the exit code, when signal is 0
+	signal syscall.Signal // the signal that ended it, or 0
+	core   bool
+}
+
+func (e *exitError) Error() string {
+	switch {
+	case e.signal == 0:
+		return "exit status " + strconv.Itoa(e.code)
+	case e.core:
+		return "signal: " + e.signal.String() + " (core dumped)"
+	}
+	return "signal: " + e.signal.String()
+}
+
+// The si_code values of SIGCHLD (<asm-generic/siginfo.h>) that waitid gives
+// for an exited child.
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// exitStatus is the exit that info (waitid's answer for an exited child)
+// reports: nil for exit code 0.
+func exitStatus(info unix.Siginfo) error {
+	// x/sys lays out only the head of siginfo_t; for SIGCHLD the kernel puts
+	// si_pid, si_uid and si_status after it, si_status at byte 24 on every
+	// 64-bit Linux.
+	status := int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), 24)))
+	switch info.Code {
+	case cldExited:
+		if status == 0 {
+			return nil
+		}
+		return &exitError{code: status}
+	case cldKilled, cldDumped:
+		return &exitError{signal: syscall.Signal(status), core: info.Code == cldDumped}
+	}
+	return fmt.Errorf("plugin ended with siginfo code %d, status %d", info.Code, status)
 }
 
 // awaitExit returns once the process of pidfd has exited, leaving it to be
-// reaped, or as soon as an error makes waiting on the pidfd impossible (then
-// Wait blocks as usual). It closes pidfd.
-func awaitExit(pidfd int) {
+// reaped, with its siginfo (ok), or as soon as an error makes waiting on the
+// pidfd impossible (then Wait blocks as usual). It closes pidfd.
+func awaitExit(pidfd int) (info unix.Siginfo, ok bool) {
 	if err := unix.SetNonblock(pidfd, true); err != nil {
 		unix.Close(pidfd)
-		return
+		return info, false
 	}
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return
+		return info, false
 	}
 	// A pidfd polls readable once its process has exited. Read calls the
 	// function again each time it does, until it returns true.
-	rc.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
+	err = rc.Read(func(fd uintptr) bool {
+		info = unix.Siginfo{}
 		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		ok = err == nil && info.Signo != 0
 		return err != nil || info.Signo != 0
 	})
+	return info, ok && err == nil
 }
