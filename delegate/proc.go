@@ -38,8 +38,7 @@ type proc struct {
 	// read, each sends once on output when its reader has reached its end.
 	outR, errR *os.File
 	output     chan struct{}
-	reapOnce   sync.Once
-	reapErr    error // cmd.Wait's answer, once reaped
+	reaper     *reaper
 }
 
 func (e *Exec) startProc(p *proc) error {
@@ -89,7 +88,7 @@ func (e *Exec) startProc(p *proc) error {
 	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
 		p.pidfd = fd
 	}
-	p.cmd, p.stdin = cmd, stdin
+	p.cmd, p.stdin, p.reaper = cmd, stdin, &reaper{cmd: cmd}
 	return nil
 }
 
@@ -213,7 +212,9 @@ func (p *proc) wait(reapLater bool) error {
 	}
 	p.awaitOutput()
 	if !reaped {
-		time.AfterFunc(reapDelay, func() { p.reap() })
+		// The timer holds the reaper alone, not the process's output.
+		r := p.reaper
+		time.AfterFunc(reapDelay, func() { r.reap() })
 	}
 	return status
 }
@@ -227,9 +228,18 @@ func (p *proc) wait(reapLater bool) error {
 const reapDelay = 100 * time.Millisecond
 
 // reap reaps the process, once, and returns its exit as exec.Cmd.Wait does.
-func (p *proc) reap() error {
-	p.reapOnce.Do(func() { p.reapErr = p.cmd.Wait() })
-	return p.reapErr
+func (p *proc) reap() error { return p.reaper.reap() }
+
+// reaper reaps one process, once.
+type reaper struct {
+	once sync.Once
+	cmd  *exec.Cmd
+	err  error // cmd.Wait's answer, once reaped
+}
+
+func (r *reaper) reap() error {
+	r.once.Do(func() { r.err = r.cmd.Wait() })
+	return r.err
 }
 
 // exitError is a plugin's exit other than success, read from its siginfo
