@@ -99,6 +99,15 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 	if daemonTakesNodeFlags(manifold) {
 		flags = []string{"--bin-dir", a.dir, "--cni-dir", b.cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}
 	}
+	// MANIFOLD_BENCH_DAEMON_FLAGS adds flags to both daemons, to measure
+	// them as a node runs them: "--node-name <benchNode>" turns hot-plug's
+	// pod watch on for the bench's pods (docs/performance.md).
+	flags = append(flags, strings.Fields(os.Getenv("MANIFOLD_BENCH_DAEMON_FLAGS"))...)
+	// MANIFOLD_BENCH_DAEMON_PROFILE names a file for the Go CPU profile of
+	// the daemon under test over the whole run (docs/performance.md).
+	if prof := os.Getenv("MANIFOLD_BENCH_DAEMON_PROFILE"); prof != "" && name == "thick" {
+		flags = append(flags, "--cpu-profile", prof)
+	}
 	daemon, err := testenv.RunDaemon(manifold, a.socket, os.Stderr, flags...)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,7 @@ func Run(args []string) int {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, for the pod watch of hot-plug (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)")
 	hotplugOn := fs.Bool("hotplug", true, "change a running pod's networks when its networks annotation changes (docs/hotplug.md); needs --node-name and an API server")
 	metricsAddr := fs.String("metrics-address", "", "serve Prometheus metrics on /metrics and a health check on /healthz at this host:port (127.0.0.1 only by convention); empty: off")
+	cpuProfile := fs.String("cpu-profile", "", "write a Go CPU profile of the daemon's whole run to this file, for `go tool pprof` (docs/performance.md); empty: off")
 	node := &netconf.NodePaths{}
 	node.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -63,6 +65,14 @@ func Run(args []string) int {
 			return 1
 		}
 		return 0
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "manifold daemon: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer stop()
 	}
 	if *hostRoot != "" {
 		if fi, err := os.Stat(*hostRoot); err != nil || !fi.IsDir() || !filepath.IsAbs(*hostRoot) {
@@ -131,6 +141,23 @@ func Run(args []string) int {
 	}
 	log.Info("daemon stopped")
 	return 0
+}
+
+// startCPUProfile starts Go's CPU profile into a new file at path, and
+// returns what stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // probeTimeout bounds a liveness probe: connect, call and answer.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -20,9 +19,6 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
-	"golang.org/x/sys/unix"
-
-	"github.com/manifold-cni/manifold/netconf"
 )
 
 // DefaultPrestartGuard is how long a started process may wait for its turn
@@ -58,6 +54,15 @@ type Exec struct {
 	// Busy reports whether the node's CPUs are saturated; no process is
 	// started early then (nil: cpuBusy).
 	Busy func() bool
+	// ReapLater answers a plugin's call as soon as it has exited and its
+	// output is read, and reaps the process reapDelay later, off the call's
+	// path: reaped at once, a plugin that looked at its threads in /proc
+	// (as the CNI ns package does) costs its reaper 1.5-2.5 ms of CPU, most
+	// of it spent waiting on the plugin's own exiting threads
+	// (docs/performance-history.md, change 18). The node daemon sets it; the
+	// binary, which exits after its call, does not, so that it leaves no
+	// exited child to the node's init.
+	ReapLater bool
 
 	mu   sync.Mutex
 	plan []Call // the calls expected next, in order
@@ -313,7 +318,7 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 		case <-time.After(time.Second):
 		}
 	}
-	done := p.give(ctx, stdinData)
+	done := p.give(ctx, stdinData, e.ReapLater)
 	e.startNext()
 	err := <-done
 	if err != nil && ctx.Err() != nil {
@@ -355,157 +360,4 @@ func (e *Exec) FindInPath(plugin string, paths []string) (string, error) {
 // Decode reads a plugin's VERSION answer.
 func (e *Exec) Decode(jsonBytes []byte) (version.PluginInfo, error) {
 	return (&version.PluginDecoder{}).Decode(jsonBytes)
-}
-
-// proc is a plugin process that has not yet been given its stdin.
-type proc struct {
-	call Call
-	// started is closed once the start has been tried, err is its outcome;
-	// nil started: the start was tried before the proc was shared.
-	started chan struct{}
-	err     error
-	guard   *time.Timer // kills the process if its turn does not come in time
-	cmd     *exec.Cmd
-	pidfd   int // the process's pidfd, or -1; closed by wait
-	stdin   io.WriteCloser
-	stdout  cappedBuffer
-	stderr  cappedBuffer
-}
-
-func (e *Exec) startProc(p *proc) error {
-	cmd := exec.Command(p.call.Path)
-	// The mark tells a manifold that finds itself run as a delegate, however
-	// it got there, to refuse (netconf.NestedEnv).
-	cmd.Env = append(slices.Clip(p.call.Env), netconf.NestedEnv+"=manifold")
-	if e.Root != "" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: e.Root}
-		cmd.Dir = "/"
-	}
-	p.stdout.max, p.stderr.max = MaxPluginStdout, MaxPluginStderr
-	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
-	// A process the plugin left behind may hold its stdout open; past this,
-	// after the plugin's own exit, Wait stops waiting for it.
-	cmd.WaitDelay = outputDelay
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := spawn(cmd); err != nil {
-		stdin.Close()
-		return err
-	}
-	// The process is ours and not yet reaped, so its pid cannot have been
-	// reused. This pidfd is a file of its own: making it non-blocking does
-	// not touch the one os.Process waits on.
-	p.pidfd = -1
-	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
-		p.pidfd = fd
-	}
-	p.cmd, p.stdin = cmd, stdin
-	return nil
-}
-
-// give writes the call's stdin and returns a channel that receives the
-// process's exit. ctx ending kills the process.
-func (p *proc) give(ctx context.Context, stdin []byte) <-chan error {
-	go func() {
-		// A plugin that exits without reading all of it makes this fail;
-		// its exit status is what counts.
-		p.stdin.Write(stdin)
-		p.stdin.Close()
-	}()
-	waited := make(chan error, 1)
-	go func() {
-		err := p.wait()
-		if errors.Is(err, exec.ErrWaitDelay) {
-			err = nil // the plugin exited with success; only a leftover child held its output
-		}
-		waited <- err
-	}()
-	done := make(chan error, 1)
-	go func() {
-		select {
-		case err := <-waited:
-			groups.done(p.cmd.Process.Pid)
-			done <- err
-		case <-ctx.Done():
-			// The whole group, so that what the plugin started dies with it;
-			// before the leader is reaped, while its group id is still its own.
-			killGroup(p.cmd.Process.Pid)
-			<-waited
-			err := ctx.Err()
-			if left := p.awaitGroup(); left != nil {
-				err = left
-			}
-			done <- err
-		}
-	}()
-	return done
-}
-
-// awaitGroup waits, at most groupWait, for the processes of the group of a
-// killed plugin to be gone, and names them in its error if some are not.
-func (p *proc) awaitGroup() error {
-	pid := p.cmd.Process.Pid
-	if err := awaitGroup(pid, groupWait); err != nil {
-		return fmt.Errorf("%w %s after SIGKILL (process group %d)", err, groupWait, pid)
-	}
-	return nil
-}
-
-// kill stops a process that was never given its stdin, and reaps it. Nil-safe.
-func (p *proc) kill() {
-	if p == nil {
-		return
-	}
-	if p.started != nil {
-		<-p.started
-	}
-	if p.err != nil || p.cmd == nil {
-		return
-	}
-	killGroup(p.cmd.Process.Pid)
-	p.stdin.Close()
-	p.wait()
-	p.awaitGroup()
-}
-
-// wait waits for the process to exit, then reaps it and collects its output
-// (exec.Cmd.Wait). The exit is awaited on the process's pidfd through Go's
-// netpoller, not in a blocking waitid: a goroutine blocked in a system call
-// for a delegate's 40 ms makes the Go runtime's monitor thread (sysmon) take
-// its P back after 10 ms and poll every 20 µs for a while after that, which
-// cost about 45 context switches and 0.6-0.9 ms of CPU per delegate on this
-// project's test machine, CPU that the running delegate needs
-// (docs/performance-history.md, change 10). Without a pidfd it falls back to Wait
-// alone.
-func (p *proc) wait() error {
-	if p.pidfd >= 0 {
-		awaitExit(p.pidfd)
-		p.pidfd = -1
-	}
-	return p.cmd.Wait()
-}
-
-// awaitExit returns once the process of pidfd has exited, leaving it to be
-// reaped, or as soon as an error makes waiting on the pidfd impossible (then
-// Wait blocks as usual). It closes pidfd.
-func awaitExit(pidfd int) {
-	if err := unix.SetNonblock(pidfd, true); err != nil {
-		unix.Close(pidfd)
-		return
-	}
-	f := os.NewFile(uintptr(pidfd), "pidfd")
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	// A pidfd polls readable once its process has exited. Read calls the
-	// function again each time it does, until it returns true.
-	rc.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		return err != nil || info.Signo != 0
-	})
 }

@@ -187,7 +187,7 @@ func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugC
 	log = log.With("cmd", "HOTPLUG", "containerID", rec.ContainerID, "pod", rec.Pod.String())
 	h := &hotplugCall{conf: conf, log: log, pod: pod, id: rec.ContainerID, timeout: conf.CallTimeout}
 	h.runner = &delegate.Runner{
-		CNI:                delegate.NewCNI(conf.BinDir, "", conf.CNIDir, &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr}),
+		CNI:                delegate.NewCNI(conf.BinDir, "", conf.CNIDir, &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr, ReapLater: p.shared()}),
 		Store:              &scratch.Store{Dir: conf.CNIDir},
 		Log:                log,
 		LockTimeout:        conf.LockTimeout,

@@ -85,6 +85,9 @@ func NewShared(hostRoot string, node *netconf.NodePaths, newAPI func(*netconf.Co
 	return p
 }
 
+// shared reports whether this is the node daemon's plugin (NewShared).
+func (p *Plugin) shared() bool { return p.reports != nil }
+
 // Funcs are the verbs, for skel.PluginMainFuncs.
 func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.cmdAdd, Del: p.cmdDel, Check: p.cmdCheck, Status: p.cmdStatus, GC: p.cmdGC}
@@ -169,7 +172,9 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	c.log = c.log.With("pod", c.pod.String())
 	ex := p.exec
 	if ex == nil {
-		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr}
+		// The daemon reaps its delegates off the call's path; the binary,
+		// which exits after the call, reaps them before it answers.
+		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr, ReapLater: p.shared()}
 		ex = c.exec
 	}
 	cniPath := args.Path

@@ -1,0 +1,89 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The exit read without reaping (ReapLater) says what exec.Cmd.Wait says:
+// success as nil, and the same text for an exit code or a signal, which a
+// plugin's error message quotes when the plugin printed nothing.
+func TestExitStatusReadsAsWait(t *testing.T) {
+	for _, script := range []string{"exit 0", "exit 3", "kill -KILL $$", "kill -TERM $$"} {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal(err)
+		}
+		info, ok := awaitExit(pidfd)
+		got := exitStatus(info)
+		want := cmd.Wait()
+		if !ok {
+			t.Errorf("%s: awaitExit read no exit", script)
+			continue
+		}
+		switch {
+		case want == nil && got != nil:
+			t.Errorf("%s: exitStatus = %v, want nil as Wait", script, got)
+		case want != nil && (got == nil || got.Error() != want.Error()):
+			t.Errorf("%s: exitStatus = %v, want %q as Wait", script, got, want)
+		}
+	}
+}
+
+// With ReapLater, a plugin's call gets its output and its failure as
+// without, and the plugin's process is reaped afterwards all the same.
+func TestReapLaterAnswersThenReaps(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	ok := scriptPlugin(t, dir, "ok", "echo $$ >> "+pids, "")
+	noisy := filepath.Join(dir, "noisy")
+	if err := os.WriteFile(noisy, []byte("#!/bin/sh\necho $$ >> "+pids+"\necho 'no bridge here' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	silent := filepath.Join(dir, "silent")
+	if err := os.WriteFile(silent, []byte("#!/bin/sh\necho $$ >> "+pids+"\nexit 4\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &Exec{ReapLater: true}
+	run(t, e, call(ok, "ADD", "eth0"), "config")
+	for _, c := range []struct{ path, want string }{
+		{noisy, "no bridge here"},
+		{silent, "failed with no message: exit status 4"},
+	} {
+		_, err := e.ExecPlugin(context.Background(), c.path, []byte("config"), call(c.path, "ADD", "eth0").Env)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ExecPlugin %s = %v, want an error with %q", filepath.Base(c.path), err, c.want)
+		}
+	}
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			// A reaped child is gone from /proc: ESRCH. A zombie still answers.
+			if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("plugin process %d was not reaped within 10s of its call", pid)
+			}
+		}
+	}
+}
