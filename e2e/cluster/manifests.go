@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -52,8 +53,8 @@ const placeholderImage = "ghcr.io/manifold-cni/manifold:latest"
 // Manifest is deployments/<file> as an admin applies it to this cluster: the
 // image reference replaced, and the installer given --api-server, because
 // there is no kube-proxy here to make the kubernetes Service reachable from
-// the host network. Nothing else changes; the result is JSON, which kubectl
-// applies like the YAML.
+// the host network. Nothing else changes; the result is JSON (a List when the
+// file holds several objects), which kubectl applies like the YAML.
 func (c *Cluster) Manifest(file, image string) ([]byte, error) {
 	root, err := testenv.FindRepoRoot()
 	if err != nil {
@@ -66,12 +67,37 @@ func (c *Cluster) Manifest(file, image string) ([]byte, error) {
 	return manifest(b, image, c.CP.URL)
 }
 
-// manifest is the edit that Manifest makes.
+// yamlSeparator is the line between two documents of a YAML stream.
+var yamlSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// manifest is the edit that Manifest makes, to every object of the file.
 func manifest(yamlDoc []byte, image, apiServer string) ([]byte, error) {
-	var obj map[string]any
-	if err := yaml.Unmarshal(yamlDoc, &obj); err != nil {
-		return nil, err
+	var objs []any
+	replaced := 0
+	for _, doc := range yamlSeparator.Split(string(yamlDoc), -1) {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return nil, err
+		}
+		if obj == nil {
+			continue // only comments
+		}
+		replaced += editPodTemplate(obj, image, apiServer)
+		objs = append(objs, obj)
 	}
+	if replaced == 0 {
+		return nil, fmt.Errorf("no container of the manifest has the image %s to replace", placeholderImage)
+	}
+	if len(objs) == 1 {
+		return json.Marshal(objs[0])
+	}
+	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+}
+
+// editPodTemplate sets image in the containers of obj's pod template that
+// name the placeholder, and gives the installer --api-server. It returns how
+// many images it replaced.
+func editPodTemplate(obj map[string]any, image, apiServer string) int {
 	spec, _ := dig(obj, "spec", "template", "spec").(map[string]any)
 	containers, _ := spec["containers"].([]any)
 	replaced := 0
@@ -86,10 +112,7 @@ func manifest(yamlDoc []byte, image, apiServer string) ([]byte, error) {
 			ctr["args"] = append(args, "--api-server="+apiServer)
 		}
 	}
-	if replaced == 0 {
-		return nil, fmt.Errorf("no container of the manifest has the image %s to replace", placeholderImage)
-	}
-	return json.Marshal(obj)
+	return replaced
 }
 
 func dig(v any, keys ...string) any {
