@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -147,4 +148,30 @@ func onlyNotFound(out string) bool {
 		found = true
 	}
 	return found
+}
+
+// WebhookLogs are the logs kept of the webhook's pods (deleted ones
+// included), the last max bytes of each, in the order of their paths.
+// (kubectl logs needs the kubelet's address, which this node does not
+// publish.)
+func (k *LogKeeper) WebhookLogs(max int) string {
+	k.copy()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var names []string
+	for n := range k.logs {
+		if strings.HasPrefix(n, "kube-system_"+WebhookName+"-") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		log := k.logs[n]
+		if len(log) > max {
+			log = append([]byte("…"), log[len(log)-max:]...)
+		}
+		fmt.Fprintf(&b, "=== %s:\n%s\n", n, log)
+	}
+	return b.String()
 }

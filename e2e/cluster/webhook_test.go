@@ -27,8 +27,7 @@ func TestWebhook(t *testing.T) {
 	start := time.Now()
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, err := e.c.Kubectl(context.Background(), "", "-n", "kube-system", "logs", "-l", cluster.WebhookSelector, "--prefix", "--tail=60")
-			t.Logf("webhook logs (%v):\n%s", err, out)
+			t.Logf("the webhook's logs:\n%s", e.logs.WebhookLogs(4000))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
