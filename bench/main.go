@@ -125,7 +125,7 @@ func run(s settings, out string) (err error) {
 		Settings: map[string]int{
 			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "iterations_fresh": s.freshIterations, "warmup": s.warmup,
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
-			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates,
+			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates, "webhook_admissions": s.webhookAdmissions,
 		},
 	}}
 	res.Meta.Host, _ = os.Hostname()
