@@ -48,6 +48,7 @@ type settings struct {
 	baseline, baselineShim             string
 	hotplugRounds, deviceIterations    int
 	updates                            int
+	webhookAdmissions                  int
 	// kinds and nets narrow the overhead section to some delegate sets and
 	// network counts.
 	kinds, nets string
@@ -75,9 +76,10 @@ func main() {
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
 	flag.IntVar(&s.deviceIterations, "n-devices", 20, "recorded iterations of the devices and dra sections")
 	flag.IntVar(&s.updates, "n-updates", 20, "label patches per arm of the updates section")
+	flag.IntVar(&s.webhookAdmissions, "n-webhook", 200, "creates per object kind and arm (with and without the webhook) of the webhook section")
 	flag.StringVar(&s.kinds, "kinds", kindReal+","+kindNoop, "delegate sets of the overhead section (real, noop)")
 	flag.StringVar(&s.nets, "nets", "1,3,8", "network counts of the overhead section")
-	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,updates,devices,dra,cluster,runtime); default all")
+	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,updates,devices,dra,webhook,cluster,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
 	// would not resolve there.
@@ -93,7 +95,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets, webhookAdmissions: 20}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -123,7 +125,7 @@ func run(s settings, out string) (err error) {
 		Settings: map[string]int{
 			"iterations_real": s.iterations, "iterations_noop": s.noopIterations, "iterations_fresh": s.freshIterations, "warmup": s.warmup,
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
-			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates,
+			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates, "webhook_admissions": s.webhookAdmissions,
 		},
 	}}
 	res.Meta.Host, _ = os.Hostname()
@@ -257,6 +259,12 @@ func run(s settings, out string) (err error) {
 	if want("dra") {
 		if res.DRA, err = b.dra(s.deviceIterations, s.warmup); err != nil {
 			return fmt.Errorf("dra: %w", err)
+		}
+	}
+	if want("webhook") {
+		logf("webhook: %d creates per object kind, with and without the admission webhook", s.webhookAdmissions)
+		if res.Webhook, err = b.webhookBench(s.webhookAdmissions, s.warmup); err != nil {
+			return fmt.Errorf("webhook: %w", err)
 		}
 	}
 

@@ -27,6 +27,7 @@ type results struct {
 	DRA         *devicesResult    `json:"dra,omitempty"`
 	Runtime     *runtimeResult    `json:"runtime,omitempty"`
 	Cluster     *clusterResult    `json:"cluster,omitempty"`
+	Webhook     *webhookResult    `json:"webhook,omitempty"`
 }
 
 type meta struct {
@@ -228,6 +229,7 @@ func (r *results) printTable(w io.Writer) {
 	r.Updates.print(w)
 	r.Devices.print(w)
 	r.DRA.print(w)
+	r.Webhook.print(w)
 
 	if r.Cluster != nil {
 		r.Cluster.print(w)

@@ -38,3 +38,22 @@ func TestDocsGiveTheCommands(t *testing.T) {
 		t.Errorf("docs/install.md does not give the installer flag %s", auxInstallerArg)
 	}
 }
+
+// TestDocsGiveTheWebhookCommands: the kubectl commands that the cluster tier
+// and the demo run to install and remove the admission webhook stand in
+// docs/validation.md as the admin is told to type them.
+func TestDocsGiveTheWebhookCommands(t *testing.T) {
+	root, err := testenv.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "validation.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append(cluster.WebhookInstallSteps(), cluster.WebhookUninstallStep()) {
+		if !strings.Contains(string(doc), s.String()) {
+			t.Errorf("docs/validation.md does not give the command %q", s)
+		}
+	}
+}

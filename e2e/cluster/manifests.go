@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -53,8 +54,9 @@ const placeholderImage = "ghcr.io/manifold-cni/manifold:latest"
 // image reference replaced, and the installer given --api-server, because
 // there is no kube-proxy here to make the kubernetes Service reachable from
 // the host network, then installerArgs (an admin's own flags, as
-// docs/install.md lists them). Nothing else changes; the result is JSON,
-// which kubectl applies like the YAML.
+// docs/install.md lists them). Nothing else changes; the result is JSON (a
+// List when the file holds several objects), which kubectl applies like the
+// YAML.
 func (c *Cluster) Manifest(file, image string, installerArgs ...string) ([]byte, error) {
 	root, err := testenv.FindRepoRoot()
 	if err != nil {
@@ -67,12 +69,38 @@ func (c *Cluster) Manifest(file, image string, installerArgs ...string) ([]byte,
 	return manifest(b, image, c.CP.URL, installerArgs)
 }
 
-// manifest is the edit that Manifest makes.
+// yamlSeparator is the line between two documents of a YAML stream.
+var yamlSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// manifest is the edit that Manifest makes, to every object of the file.
 func manifest(yamlDoc []byte, image, apiServer string, installerArgs []string) ([]byte, error) {
-	var obj map[string]any
-	if err := yaml.Unmarshal(yamlDoc, &obj); err != nil {
-		return nil, err
+	var objs []any
+	replaced := 0
+	for _, doc := range yamlSeparator.Split(string(yamlDoc), -1) {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return nil, err
+		}
+		if obj == nil {
+			continue // only comments
+		}
+		replaced += editPodTemplate(obj, image, apiServer, installerArgs)
+		objs = append(objs, obj)
 	}
+	if replaced == 0 {
+		return nil, fmt.Errorf("no container of the manifest has the image %s to replace", placeholderImage)
+	}
+	if len(objs) == 1 {
+		return json.Marshal(objs[0])
+	}
+	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+}
+
+// editPodTemplate sets image in the containers of obj's pod template that
+// name the placeholder, and gives the installer --api-server and
+// installerArgs. It returns how
+// many images it replaced.
+func editPodTemplate(obj map[string]any, image, apiServer string, installerArgs []string) int {
 	spec, _ := dig(obj, "spec", "template", "spec").(map[string]any)
 	containers, _ := spec["containers"].([]any)
 	replaced := 0
@@ -91,10 +119,7 @@ func manifest(yamlDoc []byte, image, apiServer string, installerArgs []string) (
 			ctr["args"] = args
 		}
 	}
-	if replaced == 0 {
-		return nil, fmt.Errorf("no container of the manifest has the image %s to replace", placeholderImage)
-	}
-	return json.Marshal(obj)
+	return replaced
 }
 
 func dig(v any, keys ...string) any {

@@ -114,8 +114,10 @@ func OwnNetwork(name, bridge string) {
 }
 
 // removeNetworkState removes the leases, the bridges and containerd's libcni
-// cache entries of the cluster's networks.
+// cache entries of the cluster's networks, and the pods' way to the API
+// server (ServeAPIToPods).
 func removeNetworkState() {
+	stopAPIToPods()
 	for _, n := range ownNetworks {
 		os.RemoveAll(filepath.Join("/var/lib/cni/networks", n))
 	}

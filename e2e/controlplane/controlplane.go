@@ -196,6 +196,10 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 //   - no endpoint reconciler: it would publish 127.0.0.1 as the endpoint of
 //     the "kubernetes" Service, which validation rejects as loopback, and log
 //     that error every ten seconds.
+//   - aggregator routing: the API server calls a webhook's (or an aggregated
+//     API's) Service at one of its endpoints, a pod IP, instead of its
+//     ClusterIP, which no kube-proxy routes on this host. Control planes
+//     that run without kube-proxy set it for the same reason.
 func apiserverArgs(dir string, port int, etcdURL string, p *pki, controllers bool) []string {
 	args := []string{
 		"--bind-address=127.0.0.1",
@@ -213,6 +217,7 @@ func apiserverArgs(dir string, port int, etcdURL string, p *pki, controllers boo
 		"--authorization-mode=RBAC",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
+		"--enable-aggregator-routing=true",
 	}
 	if !controllers {
 		args = append(args, "--disable-admission-plugins=ServiceAccount")

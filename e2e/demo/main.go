@@ -13,8 +13,9 @@
 // network plugin would install them. A pod with two NADs runs; the demo prints
 // what `kubectl describe pod` shows of it and what is inside it. Then the node
 // is switched to the thick DaemonSet, the way the docs say, and a second pod
-// runs through the node daemon. Everything it creates is removed at the end,
-// also on error or Ctrl-C.
+// runs through the node daemon. Last, the admission webhook is installed from
+// deployments/webhook.yaml, and kubectl apply of a bad NAD is refused.
+// Everything it creates is removed at the end, also on error or Ctrl-C.
 //
 // Run it with `make demo` (as root). It finds its binaries like the tests do
 // (MANIFOLD_PLUGINS_DIR, MANIFOLD_KUBE_*, MANIFOLD_ETCD, MANIFOLD_KUBECTL,
@@ -109,7 +110,7 @@ func (d *demo) run(ctx context.Context) error {
 	heading("manifold demo: installed with kubectl on a one-node Kubernetes built from source")
 	fmt.Println("etcd, kube-apiserver, kube-scheduler and kube-controller-manager on 127.0.0.1; containerd 2.x,")
 	fmt.Println("runc and a kubelet on this machine, with the host's /etc/cni/net.d and /opt/cni/bin.")
-	for _, f := range []func(context.Context) error{d.buildImage, d.startCluster, d.installThin, d.networks, d.podThin, d.switchThick} {
+	for _, f := range []func(context.Context) error{d.buildImage, d.startCluster, d.installThin, d.networks, d.podThin, d.switchThick, d.webhook} {
 		if err := f(ctx); err != nil {
 			return err
 		}

@@ -1,0 +1,291 @@
+package main
+
+// The webhook section (issue 36): what the validating admission webhook adds
+// to an admission, and what it holds in memory. The real `manifold webhook`
+// process serves on 127.0.0.1 with the certificates it makes and publishes
+// itself, and the bench's kube-apiserver calls it over TLS for one
+// namespace. The same creates (a NAD, a pod that asks for two networks) in a
+// namespace the webhook configuration leaves out are the reference, in the
+// same iterations, the two arms taking turns. Latency is kubectl's view: the
+// client's create call, from request to answer.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	admregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/manifold-cni/manifold/e2e/controlplane"
+	"github.com/manifold-cni/manifold/k8sclient/nadv1"
+)
+
+const (
+	webhookOn   = "bench-webhook-on"  // the webhook checks this namespace
+	webhookOff  = "bench-webhook-off" // and not this one
+	webhookHome = "bench-webhook"     // its Secret
+	webhookName = "bench-webhook"     // its configuration
+)
+
+// webhookResult is the webhook section.
+type webhookResult struct {
+	Admissions int            `json:"admissions_per_case_and_arm"`
+	Note       string         `json:"note"`
+	Cases      []*webhookCase `json:"cases"`
+	// The webhook process after the run: its resident set, its peak, and
+	// its CPU time (user and system) per admission it served.
+	RSSKiB          int64   `json:"webhook_rss_kib"`
+	PeakRSSKiB      int64   `json:"webhook_peak_rss_kib"`
+	CPUPerAdmission float64 `json:"webhook_cpu_ms_per_admission"`
+}
+
+// webhookCase is one kind of create, with and without the webhook.
+type webhookCase struct {
+	Object   string  `json:"object"`
+	With     dist    `json:"with_webhook"`
+	Without  dist    `json:"without_webhook"`
+	AddedP50 float64 `json:"added_p50_ms"`
+	AddedP99 float64 `json:"added_p99_ms"`
+
+	with, without []time.Duration
+	create        func(ns, name string) error
+}
+
+// webhookBench measures n creates per case and arm, after warmup unrecorded
+// rounds.
+func (b *bench) webhookBench(n, warmup int) (*webhookResult, error) {
+	pid, err := b.startWebhook()
+	if err != nil {
+		return nil, err
+	}
+	cases := []*webhookCase{
+		{Object: "NAD create", create: b.createBenchNAD},
+		{Object: "pod create (two networks)", create: b.createBenchPod},
+	}
+	cpuStart, err := processCPU(pid)
+	if err != nil {
+		return nil, err
+	}
+	for i := -warmup; i < n; i++ {
+		for _, c := range cases {
+			arms := []string{webhookOn, webhookOff}
+			if i%2 != 0 {
+				arms[0], arms[1] = arms[1], arms[0]
+			}
+			for _, ns := range arms {
+				name := fmt.Sprintf("wh-%d", i+warmup)
+				start := time.Now()
+				if err := c.create(ns, name); err != nil {
+					return nil, fmt.Errorf("%s in %s: %w", c.Object, ns, err)
+				}
+				d := time.Since(start)
+				if i < 0 {
+					continue
+				}
+				if ns == webhookOn {
+					c.with = append(c.with, d)
+				} else {
+					c.without = append(c.without, d)
+				}
+			}
+		}
+		// Deletions are not checked by the webhook, nor measured: they keep
+		// the store the same size through the run.
+		if err := b.deleteWebhookObjects(); err != nil {
+			return nil, err
+		}
+	}
+	cpuEnd, err := processCPU(pid)
+	if err != nil {
+		return nil, err
+	}
+	out := &webhookResult{Admissions: n,
+		Note: "the real `manifold webhook` on 127.0.0.1 with its own certificates, called by kube-apiserver over TLS (keep-alive) for one namespace " +
+			"(ValidatingWebhookConfiguration, failurePolicy Ignore); the reference arm creates the same objects in a namespace it leaves out, in the same iterations, taking turns. " +
+			"Latency is the client's create call. CPU per admission counts warm-up admissions too"}
+	for _, c := range cases {
+		c.With, c.Without = summarize(c.with), summarize(c.without)
+		c.AddedP50, c.AddedP99 = c.With.P50-c.Without.P50, c.With.P99-c.Without.P99
+		out.Cases = append(out.Cases, c)
+	}
+	out.RSSKiB, out.PeakRSSKiB, err = processRSS(pid)
+	if err != nil {
+		return nil, err
+	}
+	out.CPUPerAdmission = ms(cpuEnd-cpuStart) / float64(len(cases)*(n+warmup))
+	return out, nil
+}
+
+// startWebhook runs `manifold webhook` and configures the API server to call
+// it for webhookOn, and waits until it does. It returns the process's pid.
+func (b *bench) startWebhook() (int, error) {
+	for _, ns := range []string{webhookOn, webhookOff, webhookHome} {
+		if _, err := b.k8s.CoreV1().Namespaces().Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return 0, err
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	url := "https://" + addr + "/validate"
+	ignore, none, timeout := admregv1.Ignore, admregv1.SideEffectClassNone, int32(3)
+	rule := func(group, version, resource string) admregv1.RuleWithOperations {
+		return admregv1.RuleWithOperations{Operations: []admregv1.OperationType{admregv1.Create, admregv1.Update},
+			Rule: admregv1.Rule{APIGroups: []string{group}, APIVersions: []string{version}, Resources: []string{resource}}}
+	}
+	vwc := &admregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhookName},
+		Webhooks: []admregv1.ValidatingWebhook{{
+			Name: "bench.manifold-cni.github.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: &none,
+			FailurePolicy: &ignore, TimeoutSeconds: &timeout, ClientConfig: admregv1.WebhookClientConfig{URL: &url},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": webhookOn}},
+			Rules:             []admregv1.RuleWithOperations{rule("k8s.cni.cncf.io", "*", "network-attachment-definitions"), rule("", "v1", "pods")},
+		}}}
+	vwcs := b.k8s.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := vwcs.Create(b.ctx, vwc, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	b.onCleanup(func() { _ = vwcs.Delete(context.Background(), webhookName, metav1.DeleteOptions{}) })
+
+	var logs bytes.Buffer
+	cmd := exec.Command(b.manifold, "webhook", "--listen="+addr, "--kubeconfig="+b.cp.KubeconfigPath, "--namespace="+webhookHome,
+		"--webhook-config="+webhookName, "--hosts=127.0.0.1")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	b.onCleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				logf("webhook: exited with %v after SIGTERM: %s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			logf("webhook: killed, 30s after SIGTERM")
+		}
+	})
+	// Serving: a bad NAD is refused (a dry run stores nothing).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := b.createNADIn(webhookOn, "probe", `{"cniVersion":"1.0.0","type":"multus"}`, true)
+		if err != nil && strings.Contains(err.Error(), "meta-plugin") {
+			return cmd.Process.Pid, nil
+		}
+		select {
+		case err := <-exited:
+			return 0, fmt.Errorf("the webhook exited: %v: %s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the API server does not call the webhook after 1m: a meta-plugin NAD gives %v; its log: %s", err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (b *bench) createNADIn(ns, name, config string, dryRun bool) error {
+	obj, err := nadv1.New(ns, name, config).ToUnstructured()
+	if err != nil {
+		return err
+	}
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	_, err = b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(ns).Create(ctx, obj, opts)
+	return err
+}
+
+func (b *bench) createBenchNAD(ns, name string) error {
+	return b.createNADIn(ns, name, `{"cniVersion":"1.0.0","name":"wh","plugins":[{"type":"bridge","bridge":"whbr0",`+
+		`"ipam":{"type":"host-local","subnet":"10.253.0.0/24"}},{"type":"tuning","capabilities":{"mac":true}}]}`, false)
+}
+
+func (b *bench) createBenchPod(ns, name string) error {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Annotations: map[string]string{annotNetworks: `[{"name":"wh-0","interface":"data0","mac":"02:00:5e:10:00:0a"},{"name":"wh-1"}]`}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example/none:1"}}}}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	_, err := b.k8s.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	return err
+}
+
+// deleteWebhookObjects deletes the section's NADs and pods (no kubelet holds
+// the pods: they go at once).
+func (b *bench) deleteWebhookObjects() error {
+	zero := int64(0)
+	for _, ns := range []string{webhookOn, webhookOff} {
+		if err := b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(ns).DeleteCollection(b.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			return err
+		}
+		if err := b.k8s.CoreV1().Pods(ns).DeleteCollection(b.ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// processRSS is a process's resident set now and at its peak (VmRSS and
+// VmHWM of /proc/<pid>/status), in KiB.
+func processRSS(pid int) (rss, peak int64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
+		}
+		if k == "VmRSS" {
+			rss = n
+		} else {
+			peak = n
+		}
+	}
+	if rss == 0 || peak == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS or VmHWM", pid)
+	}
+	return rss, peak, nil
+}
+
+// print writes the section's table; nothing when it did not run.
+func (r *webhookResult) print(w io.Writer) {
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nThe admission webhook: %d creates per case and arm, ms p50 / p99 of the client's call\n", r.Admissions)
+	for _, c := range r.Cases {
+		fmt.Fprintf(w, "  %s: with the webhook %s, without %s; added p50 %+.2f, p99 %+.2f\n", c.Object, pp(c.With), pp(c.Without), c.AddedP50, c.AddedP99)
+	}
+	fmt.Fprintf(w, "  the webhook process: %.1f MiB resident (peak %.1f MiB), %.3f ms CPU per admission\n", mib(r.RSSKiB), mib(r.PeakRSSKiB), r.CPUPerAdmission)
+}
