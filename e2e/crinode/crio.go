@@ -141,7 +141,7 @@ func (c *CRIO) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(c.Dir, "runc-wrapper"), []byte(runcWrapper()), 0o755); err != nil {
+	if err := buildRuncWrapper(ctx, filepath.Join(c.Dir, "runc-wrapper")); err != nil {
 		return err
 	}
 	if err := c.launch(); err != nil {
@@ -204,7 +204,7 @@ func (c *CRIO) Import(ctx context.Context, tarball string) error {
 // and keys dirs) in our dir, not under /var/lib/crio, /run/crio, /etc or /usr/share;
 // the streaming server on 127.0.0.1; no irqbalance file written; the vfs storage driver (no overlay
 // in a nested container); cgroupfs (no systemd here); runc behind the
-// test-only wrapper (runcWrapper); the node image as the pause image, from
+// test-only wrapper (buildRuncWrapper); the node image as the pause image, from
 // the local registry; CNI from the given dirs; NRI off.
 func (c *CRIO) config() string {
 	q := strconv.Quote
@@ -259,42 +259,23 @@ enable_nri = false
 `
 }
 
-// runcWrapper is a TEST-ONLY stand-in for runc, CRI-O's runtime_path here.
-// It drops two things from the bundle's config.json before it runs runc,
-// each because this sandbox cannot do it and CRI-O has no setting against
-// it:
-//   - process.oomScoreAdj: CRI-O sets every infra container's to -998
-//     (containerd has restrict_oom_score_adj); lowering it needs
-//     CAP_SYS_RESOURCE, which this sandbox lacks, so runc fails with
-//     "nsexec: failed to update /proc/self/oom_score_adj: Permission
-//     denied". The tier's own sandboxes (SandboxConfig) get no infra
-//     container; a pod with a pod-wide PID namespace, and the kubelet's
-//     Guaranteed pods, need it.
-//   - linux.resources.hugepageLimits: the kubelet gives every container
-//     hugepage limits, and CRI-O passes them on when /proc/cgroups lists the
-//     hugetlb controller, which it does here though no hugetlb hierarchy is
-//     mounted; runc then fails with "cannot set hugetlb limit: container
-//     could not join or create cgroup" (containerd skips them).
-//
-// A real node runs runc itself.
-func runcWrapper() string {
-	return `#!/bin/sh
-# TEST-ONLY (e2e/crinode): drops process.oomScoreAdj, which this sandbox may
-# not lower, and linux.resources.hugepageLimits, for which it has no cgroup,
-# from the OCI bundle, then runs runc with the same arguments. sed -z: a key
-# may be the last of its object, its comma on the line before.
-bundle= prev=
-for a in "$@"; do
-  case $prev in --bundle|-b) bundle=$a ;; esac
-  case $a in --bundle=*) bundle=${a#--bundle=} ;; esac
-  prev=$a
-done
-if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
-  sed -i -z -E 's/"oomScoreAdj"[[:space:]]*:[[:space:]]*-?[0-9]+[[:space:]]*,//; s/,[[:space:]]*"oomScoreAdj"[[:space:]]*:[[:space:]]*-?[0-9]+//
-    s/"hugepageLimits"[[:space:]]*:[[:space:]]*\[[^]]*\][[:space:]]*,//; s/,[[:space:]]*"hugepageLimits"[[:space:]]*:[[:space:]]*\[[^]]*\]//' "$bundle/config.json"
-fi
-exec ` + runcPath() + ` "$@"
-`
+// buildRuncWrapper builds runcwrap, a TEST-ONLY stand-in for runc that
+// takes out of each container's OCI config what this sandbox cannot give it
+// (an oom_score_adj below 0, hugepage limits, capabilities it lacks) and
+// then runs runc: CRI-O's runtime_path here. See runcwrap's doc for each
+// error it avoids. A real node runs runc itself.
+func buildRuncWrapper(ctx context.Context, out string) error {
+	root, err := testenv.FindRepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.runc="+runcPath(), "-o", out, "./e2e/crinode/runcwrap")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the runc wrapper: %w: %s", err, b)
+	}
+	return nil
 }
 
 // launch starts crio. It dies with the test process (Pdeathsig, on a locked
