@@ -106,8 +106,16 @@ func TestPrimaryChanges(t *testing.T) {
 			t.Errorf("NotReady message %q does not name the missing primary %s", msg, want)
 		}
 	}
-	if logs := e.installerLogs(cluster.Thin); !strings.Contains(logs, "the primary CNI config is gone") {
-		t.Errorf("the installer does not say the primary is gone:\n%s", logs)
+	// On CRI-O nothing above waited for the installer to see the change.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		logs := e.installerLogs(cluster.Thin)
+		if strings.Contains(logs, "the primary CNI config is gone") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the installer does not say the primary is gone after a minute:\n%s", logs)
+			break
+		}
 	}
 	// The pod tolerates the NotReady node, so that it gets to the kubelet
 	// and its sandbox is refused there, with manifold's message.
