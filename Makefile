@@ -23,9 +23,18 @@ TOOL_ENV = MANIFOLD_BIN=$(CURDIR)/bin/manifold \
 	MANIFOLD_KUBECTL=$$(bash hack/build-control-plane.sh | sed -n 5p) \
 	MANIFOLD_CONTAINERD_DIR=$$(bash hack/build-node.sh | sed -n 1p) \
 	MANIFOLD_KUBELET=$$(bash hack/build-node.sh | sed -n 2p)
-# make test runs the runtime tier on CRI-O too; the demo and the bench do
-# not, so they need neither its build nor the C compiler and conmon it takes.
+# make test runs the runtime tier, the real node and the cluster tier on CRI-O
+# too; the demo and the bench do only with RUNTIME=crio (or both, the
+# bench), so that by default they need neither its build nor the C compiler
+# and conmon it takes.
 TEST_ENV = $(TOOL_ENV) MANIFOLD_CRIO_DIR=$$(bash hack/build-crio.sh)
+# RUNTIME is the node's runtime of make demo (containerd or crio) and the
+# runtime section's of make bench (containerd, crio or both).
+RUNTIME ?= containerd
+comma := ,
+WITH_CRIO = $(filter crio both,$(RUNTIME))
+CRIO_ENV = $(if $(WITH_CRIO),MANIFOLD_CRIO_DIR=$$(bash hack/build-crio.sh))
+BENCH_RUNTIMES = $(if $(filter both,$(RUNTIME)),containerd$(comma)crio,$(RUNTIME))
 
 .PHONY: all build image tools demo-tools plugins control-plane node crio test unit fuzz demo bench bench-compare lint clean
 
@@ -64,10 +73,12 @@ crio:
 	@bash hack/build-crio.sh >/dev/null
 
 # Every tier: unit, privileged (real netns and plugins), e2e (real
-# kube-apiserver and etcd) with its runtime tier and real node (containerd,
-# runc, the kubelet), then each fuzz target for $(FUZZTIME).
+# kube-apiserver and etcd) with its runtime tier and real node (containerd and
+# CRI-O, runc, the kubelet), the cluster tier on containerd and then again on
+# CRI-O, then each fuzz target for $(FUZZTIME).
 test: build tools
-	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
+	$(TEST_ENV) MANIFOLD_CLUSTER_RUNTIME=containerd $(GO) test -count=1 -timeout 40m ./...
+	$(TEST_ENV) MANIFOLD_CLUSTER_RUNTIME=crio $(GO) test -count=1 -timeout 40m ./e2e/cluster/
 	$(MAKE) fuzz
 
 unit:
@@ -79,11 +90,11 @@ fuzz:
 	  GO=$(GO) bash hack/fuzz.sh $${t%%:*} $${t##*:} $(FUZZTIME); \
 	done
 
-demo: build demo-tools
-	$(TOOL_ENV) $(GO) run ./e2e/demo
+demo: build demo-tools $(if $(WITH_CRIO),crio)
+	$(TOOL_ENV) $(CRIO_ENV) MANIFOLD_CLUSTER_RUNTIME=$(RUNTIME) $(GO) run ./e2e/demo
 
-bench: build demo-tools
-	$(TOOL_ENV) $(GO) run ./bench -out bench-results.json
+bench: build demo-tools $(if $(WITH_CRIO),crio)
+	$(TOOL_ENV) $(CRIO_ENV) $(GO) run ./bench -runtimes $(BENCH_RUNTIMES) -out bench-results.json
 
 # The overhead section with another git revision as the baseline arms, thin
 # and daemon mode, in the same iterations as today's (docs/performance.md):

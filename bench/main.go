@@ -8,7 +8,8 @@
 //
 // `make bench` sets MANIFOLD_BIN, MANIFOLD_PLUGINS_DIR, the control plane's
 // variables (MANIFOLD_KUBE_APISERVER, MANIFOLD_ETCD, …; e2e/README.md) and
-// MANIFOLD_CONTAINERD_DIR (the runtime section's containerd); without them
+// MANIFOLD_CONTAINERD_DIR (the runtime section's containerd), and with
+// RUNTIME=crio or both MANIFOLD_CRIO_DIR (its CRI-O); without them
 // it builds what it needs. Its control plane runs without the scheduler and
 // the controller manager, so the API load it reports is manifold's alone. The method and a
 // run's figures are in docs/performance.md.
@@ -43,6 +44,7 @@ type settings struct {
 	concPods, concRounds               int
 	scaleCycles                        int
 	runtimeRounds                      int
+	runtimes                           string
 	clusterRounds, stormPods           int
 	only                               string
 	baseline, baselineShim             string
@@ -70,7 +72,8 @@ func main() {
 	flag.IntVar(&s.scaleCycles, "scale", 1000, "sequential pod ADD/DEL cycles")
 	flag.IntVar(&s.clusterRounds, "cluster-rounds", 15, "rounds of a pod to Running per mode on the real cluster (each round: one through manifold, one direct)")
 	flag.IntVar(&s.stormPods, "storm", 100, "pods created at once in the cluster section's storms")
-	flag.IntVar(&s.runtimeRounds, "runtime-rounds", 30, "rounds of RunPodSandbox per arm through containerd (after two warm-up rounds)")
+	flag.IntVar(&s.runtimeRounds, "runtime-rounds", 30, "rounds of RunPodSandbox per arm through each runtime (after two warm-up rounds)")
+	flag.StringVar(&s.runtimes, "runtimes", defaultRuntimes(), "runtimes of the runtime section (containerd,crio); default containerd, and crio too when MANIFOLD_CRIO_DIR is set")
 	flag.StringVar(&s.baseline, "baseline", "", "another manifold binary to measure in the same interleaved iterations (before/after), as a plugin and as a thick-mode daemon")
 	flag.StringVar(&s.baselineShim, "baseline-shim", "", "another manifold-shim binary for the thick baseline arm (before/after of the shim)")
 	flag.IntVar(&s.hotplugRounds, "n-hotplug", 20, "recorded rounds per delegate set of the hotplug section")
@@ -95,7 +98,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets, webhookAdmissions: 20}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets, webhookAdmissions: 20, runtimes: s.runtimes}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -276,9 +279,17 @@ func run(s settings, out string) (err error) {
 	}
 
 	if want("runtime") {
-		logf("runtime: RunPodSandbox through containerd, %d rounds per arm (direct, manifold, thick)", s.runtimeRounds)
-		if res.Runtime, err = b.sandboxes(s.runtimeRounds, 2); err != nil {
-			return fmt.Errorf("runtime: %w", err)
+		for _, kind := range splitList(s.runtimes) {
+			logf("runtime: RunPodSandbox through %s, %d rounds per arm (direct, manifold, thick)", kind, s.runtimeRounds)
+			r, err := b.sandboxes(kind, s.runtimeRounds, 2)
+			if err != nil {
+				return fmt.Errorf("runtime (%s): %w", kind, err)
+			}
+			if kind == runtimeCRIO {
+				res.RuntimeCRIO = r
+			} else {
+				res.Runtime = r
+			}
 		}
 	}
 
@@ -292,6 +303,15 @@ func run(s settings, out string) (err error) {
 		logf("wrote %s", out)
 	}
 	return nil
+}
+
+// defaultRuntimes is containerd, and CRI-O too when MANIFOLD_CRIO_DIR names
+// its build (make bench RUNTIME=crio or both).
+func defaultRuntimes() string {
+	if os.Getenv("MANIFOLD_CRIO_DIR") != "" {
+		return runtimeContainerd + "," + runtimeCRIO
+	}
+	return runtimeContainerd
 }
 
 // splitList splits a comma-separated flag value, dropping blanks.

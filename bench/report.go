@@ -26,6 +26,7 @@ type results struct {
 	Devices     *devicesResult    `json:"devices,omitempty"`
 	DRA         *devicesResult    `json:"dra,omitempty"`
 	Runtime     *runtimeResult    `json:"runtime,omitempty"`
+	RuntimeCRIO *runtimeResult    `json:"runtime_crio,omitempty"`
 	Cluster     *clusterResult    `json:"cluster,omitempty"`
 	Webhook     *webhookResult    `json:"webhook,omitempty"`
 }
@@ -236,6 +237,9 @@ func (r *results) printTable(w io.Writer) {
 	}
 	if r.Runtime != nil {
 		r.Runtime.print(w)
+	}
+	if r.RuntimeCRIO != nil {
+		r.RuntimeCRIO.print(w)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,14 +17,17 @@ import (
 )
 
 // runtimeResult is the figure a user feels: the time from RunPodSandbox to a
-// ready sandbox, through a real containerd 2.x with runc (e2e/crinode), with
-// containerd calling manifold (thin and thick) and, as the reference, with
-// containerd calling the same default network's conflist itself. Each arm
-// has its own containerd; the arms take turns within every round.
+// ready sandbox, through a real runtime with runc (e2e/crinode: containerd
+// 2.x or CRI-O 1.35), with the runtime calling manifold (thin and thick) and,
+// as the reference, with the runtime calling the same default network's
+// conflist itself. Each arm has its own runtime; the arms take turns within
+// every round.
 type runtimeResult struct {
+	// Runtime is the runtime of every arm: "containerd" or "crio".
+	Runtime   string `json:"runtime"`
 	Rounds    int    `json:"rounds"`
 	Delegates string `json:"delegates"`
-	// Direct is containerd calling the delegates' conflist itself.
+	// Direct is the runtime calling the delegates' conflist itself.
 	Direct   dist `json:"direct"`
 	Manifold dist `json:"manifold"`
 	Thick    dist `json:"thick"`
@@ -40,20 +44,60 @@ type runtimeResult struct {
 	Note                string  `json:"note"`
 }
 
-// runtimeArm is one containerd and the conflist in its conf dir.
+// The runtimes of the runtime section (-runtimes), as crinode.Node's Kind
+// names them.
+const (
+	runtimeContainerd = "containerd"
+	runtimeCRIO       = "crio"
+)
+
+// runtimeArm is one runtime and the conflist in its conf dir.
 type runtimeArm struct {
 	name string
-	node *crinode.Containerd
+	node crinode.Node
 }
 
-// startRuntimeArm starts a containerd whose CNI conf dir holds conflist and
-// whose CNI bin dir is binDir.
-func (b *bench) startRuntimeArm(name, binDir string, conflist []byte) (*runtimeArm, error) {
-	bins, err := crinode.FindBinaries()
-	if err != nil {
-		return nil, err
+// startNode starts a runtime of kind.
+func (b *bench) startNode(kind string, o crinode.Options) (crinode.Node, error) {
+	switch kind {
+	case runtimeContainerd:
+		bins, err := crinode.FindBinaries()
+		if err != nil {
+			return nil, err
+		}
+		return crinode.Start(b.ctx, bins, o)
+	case runtimeCRIO:
+		bins, err := crinode.FindCRIO()
+		if err != nil {
+			return nil, err
+		}
+		return crinode.StartCRIO(b.ctx, bins, o)
 	}
+	return nil, fmt.Errorf("no runtime %q (want %s or %s)", kind, runtimeContainerd, runtimeCRIO)
+}
+
+// startRuntimeArm starts a runtime of kind whose CNI conf dir holds conflist
+// and whose CNI bin dir is binDir.
+func (b *bench) startRuntimeArm(kind, name, binDir string, conflist []byte) (*runtimeArm, error) {
+	if kind == runtimeCRIO {
+		// CRI-O's GC at its start DELs what the host's libcni cache holds
+		// of its network's name and it does not know: each arm's name is
+		// its own.
+		var list map[string]any
+		if err := json.Unmarshal(conflist, &list); err != nil {
+			return nil, err
+		}
+		list["name"] = fmt.Sprint(list["name"], "-crio-", name)
+		var err error
+		if conflist, err = json.Marshal(list); err != nil {
+			return nil, err
+		}
+	}
+	// Short: containerd's socket paths must fit in 104 bytes.
 	dir := filepath.Join(b.dir, "runtime-"+name)
+	if kind == runtimeCRIO {
+		dir = filepath.Join(b.dir, "crio-"+name)
+	}
 	confDir := filepath.Join(dir, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		return nil, err
@@ -61,28 +105,28 @@ func (b *bench) startRuntimeArm(name, binDir string, conflist []byte) (*runtimeA
 	if err := os.WriteFile(filepath.Join(confDir, "00-"+name+".conflist"), conflist, 0o644); err != nil {
 		return nil, err
 	}
-	node, err := crinode.Start(b.ctx, bins, crinode.Options{CNIBinDir: binDir, CNIConfDir: confDir, TempDir: dir})
+	node, err := b.startNode(kind, crinode.Options{CNIBinDir: binDir, CNIConfDir: confDir, TempDir: dir})
 	if err != nil {
-		return nil, fmt.Errorf("containerd for %s: %w", name, err)
+		return nil, fmt.Errorf("%s for %s: %w", kind, name, err)
 	}
 	b.onCleanup(node.Stop)
-	// containerd loads the conf dir in the background.
+	// The runtime loads the conf dir in the background.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		ready, _, msg, err := node.NetworkReady(b.ctx)
 		if err == nil && ready {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("containerd for %s: network not ready after 30s: %s %v", name, msg, err)
+			return nil, fmt.Errorf("%s for %s: network not ready after 30s: %s %v", kind, name, msg, err)
 		}
 	}
 	return &runtimeArm{name: name, node: node}, nil
 }
 
-// sandboxes measures rounds of RunPodSandbox → ready on each arm, the arms in
-// a rotating order, each sandbox stopped and removed (not timed) before the
-// next.
-func (b *bench) sandboxes(rounds, warmup int) (*runtimeResult, error) {
+// sandboxes measures rounds of RunPodSandbox → ready on each arm, all on the
+// runtime kind, the arms in a rotating order, each sandbox stopped and
+// removed (not timed) before the next.
+func (b *bench) sandboxes(kind string, rounds, warmup int) (*runtimeResult, error) {
 	manifoldList, err := b.manifoldConfList(kindReal, b.binDir)
 	if err != nil {
 		return nil, err
@@ -91,20 +135,21 @@ func (b *bench) sandboxes(rounds, warmup int) (*runtimeResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	direct, err := b.startRuntimeArm("direct", b.binDir, []byte(b.networkDef(kindReal, 0).Conf))
+	direct, err := b.startRuntimeArm(kind, "direct", b.binDir, []byte(b.networkDef(kindReal, 0).Conf))
 	if err != nil {
 		return nil, err
 	}
-	thin, err := b.startRuntimeArm("manifold", b.binDir, manifoldList.Bytes)
+	thin, err := b.startRuntimeArm(kind, "manifold", b.binDir, manifoldList.Bytes)
 	if err != nil {
 		return nil, err
 	}
-	thick, err := b.startRuntimeArm("thick", b.thick.dir, thickList.Bytes)
+	thick, err := b.startRuntimeArm(kind, "thick", b.thick.dir, thickList.Bytes)
 	if err != nil {
 		return nil, err
 	}
 	arms := []*runtimeArm{direct, thin, thick}
-	pod, err := b.createPod("runtime", kindReal, 1)
+	// One pod per runtime: the sections run one after the other on one API.
+	pod, err := b.createPod("runtime-"+kind, kindReal, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +168,7 @@ func (b *bench) sandboxes(rounds, warmup int) (*runtimeResult, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: RunPodSandbox: %w", a.name, err)
 			}
-			st, err := a.node.Runtime.PodSandboxStatus(b.ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+			st, err := a.node.CRIClient().Runtime.PodSandboxStatus(b.ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
 			if err != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY || st.Status.GetNetwork().GetIp() == "" {
 				return nil, fmt.Errorf("%s: sandbox %s not ready with an IP after RunPodSandbox: %v %v", a.name, id, st.GetStatus(), err)
 			}
@@ -143,19 +188,26 @@ func (b *bench) sandboxes(rounds, warmup int) (*runtimeResult, error) {
 		diff[i] = walls[1][i] - walls[0][i]
 	}
 	r := &runtimeResult{
+		Runtime:   kind,
 		Rounds:    rounds,
 		Delegates: "bridge + host-local (the default network)",
 		Direct:    summarize(walls[0]),
 		Manifold:  summarize(walls[1]),
 		Thick:     summarize(walls[2]),
 		Overhead:  summarize(diff),
-		Note:      "containerd 2.x with runc, native snapshotter, driven over the CRI; one containerd per arm; wall time of RunPodSandbox, which returns once the sandbox is ready with its network",
+		Note:      runtimeNotes[kind],
 	}
 	r.RatioP50 = ratio(r.Manifold.P50, r.Direct.P50)
 	r.ThickRatioP50 = ratio(r.Thick.P50, r.Direct.P50)
 	r.PairedRatioP50 = pairedRatio(walls[1], walls[0])
 	r.ThickPairedRatioP50 = pairedRatio(walls[2], walls[0])
 	return r, nil
+}
+
+var runtimeNotes = map[string]string{
+	runtimeContainerd: "containerd 2.x with runc, native snapshotter, driven over the CRI; one containerd per arm; wall time of RunPodSandbox, which returns once the sandbox is ready with its network",
+	runtimeCRIO: "CRI-O 1.35 with runc and conmon, vfs storage, no infra container (PID namespace per container), driven over the CRI; one CRI-O per arm; wall time of RunPodSandbox, which returns once the sandbox is ready with its network, " +
+		"its ADD followed by the CHECK through which CRI-O reads the result (in every arm)",
 }
 
 // pairedRatio is the median of a[i]/b[i].
@@ -170,8 +222,8 @@ func pairedRatio(a, b []time.Duration) float64 {
 
 // print writes the runtime section of the report.
 func (r *runtimeResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\nRunPodSandbox to ready through containerd + runc, ms p50 / p99 (%d rounds, arms interleaved; %s)\n", r.Rounds, r.Delegates)
-	fmt.Fprintf(w, "  direct (containerd calls the conflist itself)  %s\n", pp(r.Direct))
-	fmt.Fprintf(w, "  manifold                                       %s   ratio of p50s %.3f×, per-round ratio p50 %.3f×, overhead p50 %.1f ms\n", pp(r.Manifold), r.RatioP50, r.PairedRatioP50, r.Overhead.P50)
-	fmt.Fprintf(w, "  thick (manifold-shim + daemon)                 %s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", pp(r.Thick), r.ThickRatioP50, r.ThickPairedRatioP50)
+	fmt.Fprintf(w, "\nRunPodSandbox to ready through %s + runc, ms p50 / p99 (%d rounds, arms interleaved; %s)\n", r.Runtime, r.Rounds, r.Delegates)
+	fmt.Fprintf(w, "  %-47s%s\n", "direct ("+r.Runtime+" calls the conflist itself)", pp(r.Direct))
+	fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×, overhead p50 %.1f ms\n", "manifold", pp(r.Manifold), r.RatioP50, r.PairedRatioP50, r.Overhead.P50)
+	fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", "thick (manifold-shim + daemon)", pp(r.Thick), r.ThickRatioP50, r.ThickPairedRatioP50)
 }

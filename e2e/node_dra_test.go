@@ -46,7 +46,7 @@ type draNode struct {
 }
 
 func nodeDRACases(t *testing.T, daemon bool) {
-	n := newKubeNode(t, daemon)
+	n := newKubeNode(t, containerdKind, daemon)
 	name := "nic.dra.manifold.test"
 	ctx, cancel := context.WithTimeout(context.Background(), nodeWait)
 	defer cancel()

@@ -1,10 +1,11 @@
 package e2e
 
-// A real node (issue 23): a kubelet joins the package's cluster plane
+// A real node (issues 23 and 35): a kubelet joins the package's cluster plane
 // (kube-scheduler, kube-controller-manager, ServiceAccount admission) on the
-// runtime tier's containerd, and the tests make pods with client-go as a user
-// does. Their pods name the node; a DaemonSet's pod is bound by the
-// scheduler. In daemon mode the daemon runs as a process beside the kubelet.
+// runtime tier's containerd, and again on its CRI-O, and the tests make pods
+// with client-go as a user does. Their pods name the node; a DaemonSet's pod
+// is bound by the scheduler. In daemon mode the daemon runs as a process
+// beside the kubelet.
 
 import (
 	"context"
@@ -28,8 +29,15 @@ import (
 // did-not-hang bound.
 const nodeWait = 2 * time.Minute
 
-func TestNodeThin(t *testing.T)   { nodeCases(t, false) }
-func TestNodeDaemon(t *testing.T) { nodeCases(t, true) }
+func TestNodeThin(t *testing.T)   { nodeKinds(t, false) }
+func TestNodeDaemon(t *testing.T) { nodeKinds(t, true) }
+
+// nodeKinds runs the node's cases on containerd, then on CRI-O.
+func nodeKinds(t *testing.T, daemon bool) {
+	for _, kind := range []string{containerdKind, crioKind} {
+		t.Run(kind, func(t *testing.T) { nodeCases(t, kind, daemon) })
+	}
+}
 
 // kubeNode is a criEnv with a kubelet.
 type kubeNode struct {
@@ -38,7 +46,7 @@ type kubeNode struct {
 	kubelet *crinode.Kubelet
 }
 
-func newKubeNode(t *testing.T, daemon bool) *kubeNode {
+func newKubeNode(t *testing.T, kind string, daemon bool) *kubeNode {
 	t.Helper()
 	bins := nodeBinaries(t)
 	if bins.Kubelet == "" {
@@ -47,16 +55,16 @@ func newKubeNode(t *testing.T, daemon bool) *kubeNode {
 		}
 		t.Skip("no kubelet (MANIFOLD_KUBELET is unset)")
 	}
-	n := &kubeNode{criEnv: newCRIEnv(t, containerdKind, daemon, clusterPlane(t)), name: testenv.UniqueName("node-")}
+	n := &kubeNode{criEnv: newCRIEnv(t, kind, daemon, clusterPlane(t)), name: testenv.UniqueName("node-")}
 	// The cluster tier (e2e/cluster), a test binary of its own, may hold the
 	// machine's one kubelet for its whole run: wait for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	k, err := crinode.StartKubelet(ctx, bins, n.node.(*crinode.Containerd), n.cp.KubeconfigPath, n.name, nil)
+	k, err := crinode.StartKubelet(ctx, bins, n.node, n.cp.KubeconfigPath, n.name, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Runs before containerd's Stop, which removes the sandboxes.
+	// Runs before the runtime's Stop, which removes the sandboxes.
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("kubelet log:\n%s", k.LogTail())
@@ -73,18 +81,26 @@ func (n *kubeNode) sub(t *testing.T) *kubeNode {
 	return &kubeNode{criEnv: n.criEnv.sub(t), name: n.name, kubelet: n.kubelet}
 }
 
-func nodeCases(t *testing.T, daemon bool) {
-	n := newKubeNode(t, daemon)
-	for _, c := range []struct {
-		name string
-		run  func(*kubeNode)
-	}{
+type nodeCase struct {
+	name string
+	run  func(*kubeNode)
+}
+
+// nodeCases runs the cases on a kubelet on the runtime kind. The DaemonSet
+// case, about the kubelet and the API rather than the runtime, runs on
+// containerd only; the cluster tier runs manifold's DaemonSets on both.
+func nodeCases(t *testing.T, kind string, daemon bool) {
+	n := newKubeNode(t, kind, daemon)
+	cases := []nodeCase{
 		{"pod with a NAD", nodePodWithNAD},
 		{"readiness", nodeReadiness},
 		{"missing NAD", nodeMissingNAD},
 		{"10 pods", nodeTenPods},
-		{"DaemonSet", nodeDaemonSet},
-	} {
+	}
+	if kind == containerdKind {
+		cases = append(cases, nodeCase{"DaemonSet", nodeDaemonSet})
+	}
+	for _, c := range cases {
 		if !t.Run(c.name, func(t *testing.T) { c.run(n.sub(t)) }) {
 			return
 		}
@@ -170,7 +186,7 @@ func (n *kubeNode) waitEmpty() {
 	}
 }
 
-// sandboxOf is the ID of the pod's sandbox in containerd.
+// sandboxOf is the ID of the pod's sandbox in the runtime.
 func (n *kubeNode) sandboxOf(p *corev1.Pod) string {
 	n.t.Helper()
 	list, err := n.node.CRIClient().Runtime.ListPodSandbox(n.ctx(), &runtimeapi.ListPodSandboxRequest{
@@ -238,9 +254,16 @@ func nodePodWithNAD(n *kubeNode) {
 }
 
 // A missing readiness file turns the node NotReady with manifold's message;
-// the node comes back when the file does.
+// the node comes back when the file does. containerd asks STATUS at each of
+// the kubelet's runtime status calls; CRI-O only from its start until the
+// first success (runtime_crio_test.go), so on CRI-O the file is removed
+// while CRI-O is down and the node's condition is the one it starts with.
 func nodeReadiness(n *kubeNode) {
 	t := n.t
+	want := "readiness indicator file " + n.readyFile + " is missing"
+	if n.kind == crioKind {
+		n.crio().Shutdown()
+	}
 	if err := os.Remove(n.readyFile); err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +273,21 @@ func nodeReadiness(n *kubeNode) {
 			os.WriteFile(n.readyFile, nil, 0o644)
 		}
 	}()
-	msg := n.waitReady(false)
-	t.Logf("node NotReady: %s", msg)
-	if want := "readiness indicator file " + n.readyFile + " is missing"; !strings.Contains(msg, want) {
-		t.Errorf("node NotReady message %q does not hold manifold's %q", msg, want)
+	if n.kind == crioKind {
+		if err := n.node.Restart(n.ctx()); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// While CRI-O restarts, the node may first be NotReady for the
+	// runtime's being down: wait for manifold's message.
+	deadline := time.Now().Add(nodeWait)
+	for msg := n.waitReady(false); !strings.Contains(msg, want); msg = n.waitReady(false) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node NotReady message %q does not hold manifold's %q after %s", msg, want, nodeWait)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("node NotReady with manifold's message %q", want)
 	n.writeFile(n.readyFile, "")
 	restored = true
 	n.waitReady(true)

@@ -2,11 +2,12 @@
 // Docker and no kind, for manifold's cluster tier, its demo and its bench
 // (issue 27): a real etcd, kube-apiserver, kube-scheduler and
 // kube-controller-manager on 127.0.0.1 (e2e/controlplane), and a node made of
-// containerd 2.x with runc and a kubelet (e2e/crinode) whose CNI dirs are the
-// host's own /etc/cni/net.d and /opt/cni/bin, as on a real node.
+// a runtime, containerd 2.x or CRI-O 1.35 with runc, and a kubelet
+// (e2e/crinode) whose CNI dirs are the host's own /etc/cni/net.d and
+// /opt/cni/bin, as on a real node.
 //
 // manifold gets onto that node only as an admin installs it: its image is
-// imported into the node's containerd (never pulled), and the DaemonSets of
+// imported into the node's runtime (never pulled from outside), and the DaemonSets of
 // deployments/ are applied with kubectl. The only thing put on the node by
 // hand is what the cluster's primary CNI would install there: its plugins in
 // /opt/cni/bin (the reference plugins, as a distribution's
@@ -46,17 +47,44 @@ type Options struct {
 	// NodeName is the node's name; empty means a unique one.
 	NodeName string
 	// Handlers are extra runtime handlers with a CNI conf dir of their own
-	// (crinode.Handler), for RuntimeClasses that bypass manifold.
+	// (crinode.Handler), for RuntimeClasses that bypass manifold; containerd
+	// only.
 	Handlers []crinode.Handler
+	// Runtime is the node's runtime: Containerd or CRIO. Empty means
+	// $MANIFOLD_CLUSTER_RUNTIME, and containerd when that is unset too.
+	Runtime string
+}
+
+// The node's runtimes (Options.Runtime), as crinode.Node's Kind names them.
+const (
+	Containerd = "containerd"
+	CRIO       = "crio"
+)
+
+// RuntimeEnv names the runtime of a cluster whose Options.Runtime is empty.
+const RuntimeEnv = "MANIFOLD_CLUSTER_RUNTIME"
+
+// RuntimeFromEnv is $MANIFOLD_CLUSTER_RUNTIME, Containerd when it is unset,
+// or an error naming a value that is neither.
+func RuntimeFromEnv() (string, error) {
+	switch v := os.Getenv(RuntimeEnv); v {
+	case "", Containerd:
+		return Containerd, nil
+	case CRIO:
+		return CRIO, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want %q or %q", RuntimeEnv, v, Containerd, CRIO)
+	}
 }
 
 // Cluster is a running one-node Kubernetes.
 type Cluster struct {
-	CP       *controlplane.ControlPlane
-	Node     *crinode.Containerd
+	CP *controlplane.ControlPlane
+	// Node is the node's runtime, a *crinode.Containerd or a *crinode.CRIO.
+	Node     crinode.Node
 	Kubelet  *crinode.Kubelet
 	NodeName string
-	// Dir is the scratch dir: the control plane's, containerd's and the
+	// Dir is the scratch dir: the control plane's, the runtime's and the
 	// kubelet's dirs are in it.
 	Dir string
 
@@ -70,16 +98,39 @@ type Cluster struct {
 	stopOnce sync.Once
 }
 
-// Start starts the control plane, the node's containerd and its kubelet, and
+// Start starts the control plane, the node's runtime and its kubelet, and
 // waits for the node to register. The node is NotReady until a CNI config
 // appears in /etc/cni/net.d. On error nothing is left.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.Runtime == "" {
+		if opts.Runtime, err = RuntimeFromEnv(); err != nil {
+			return nil, err
+		}
+	}
 	bins, err := crinode.FindBinaries()
 	if err != nil {
 		return nil, err
 	}
 	if bins.Kubelet == "" {
 		return nil, fmt.Errorf("%w: no kubelet (set MANIFOLD_KUBELET, or unset MANIFOLD_CONTAINERD_DIR to build it)", crinode.ErrBinariesUnavailable)
+	}
+	var startNode func(context.Context, crinode.Options) (crinode.Node, error)
+	switch opts.Runtime {
+	case Containerd:
+		startNode = func(ctx context.Context, o crinode.Options) (crinode.Node, error) { return crinode.Start(ctx, bins, o) }
+	case CRIO:
+		if len(opts.Handlers) > 0 {
+			return nil, fmt.Errorf("cluster: runtime handlers with a CNI conf dir of their own are containerd's; CRI-O has none")
+		}
+		crio, err := crinode.FindCRIO()
+		if err != nil {
+			return nil, err
+		}
+		startNode = func(ctx context.Context, o crinode.Options) (crinode.Node, error) {
+			return crinode.StartCRIO(ctx, crio, o)
+		}
+	default:
+		return nil, fmt.Errorf("cluster: no runtime %q (want %q or %q)", opts.Runtime, Containerd, CRIO)
 	}
 	cpBins, err := controlplane.FindBinaries(ctx)
 	if err != nil {
@@ -117,10 +168,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.CP.InstallCRD(ctx); err != nil {
 		return c, err
 	}
-	if c.Node, err = crinode.Start(ctx, bins, crinode.Options{CNIBinDir: BinDir, CNIConfDir: ConfDir, TempDir: dir,
-		HostNetNS: true, Handlers: opts.Handlers}); err != nil {
+	node, err := startNode(ctx, crinode.Options{CNIBinDir: BinDir, CNIConfDir: ConfDir, TempDir: dir,
+		HostNetNS: true, Handlers: opts.Handlers})
+	if err != nil {
 		return c, err
 	}
+	c.Node = node
 	if c.Kubelet, err = crinode.StartKubelet(ctx, bins, c.Node, c.CP.KubeconfigPath, c.NodeName, nil); err != nil {
 		return c, err
 	}
@@ -153,13 +206,13 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (st
 	return c.CP.Kubectl(ctx, stdin, args...)
 }
 
-// Reboot reboots the node: containerd and the kubelet die with every pod's
-// processes and network namespace, and start again (crinode.Reboot). What a
-// reboot wipes from /run goes too: manifold's socket dir and the Device Info
-// dir.
+// Reboot reboots the node: the runtime and the kubelet die with every pod's
+// processes and network namespace, and start again (crinode.Node's Reboot).
+// What a reboot wipes from /run goes too: manifold's socket dir and the
+// Device Info dir.
 func (c *Cluster) Reboot(ctx context.Context) error {
 	c.Kubelet.Kill()
-	c.Node.Crash()
+	c.Node.Reboot()
 	for _, d := range []string{"/run/manifold", "/run/k8s.cni.cncf.io"} {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
@@ -193,7 +246,7 @@ func (c *Cluster) LogTails() string {
 		b.WriteString(c.CP.LogTails())
 	}
 	if c.Node != nil {
-		fmt.Fprintf(&b, "\n--- containerd:\n%s", c.Node.LogTail())
+		fmt.Fprintf(&b, "\n--- %s:\n%s", c.Node.Kind(), c.Node.LogTail())
 	}
 	if c.Kubelet != nil {
 		fmt.Fprintf(&b, "\n--- kubelet:\n%s", c.Kubelet.LogTail())
@@ -201,10 +254,10 @@ func (c *Cluster) LogTails() string {
 	return b.String()
 }
 
-// Stop stops the kubelet, then containerd (which removes every sandbox
+// Stop stops the kubelet, then the runtime (which removes every sandbox
 // through the CRI, so manifold's DELs run while it is still installed), then
 // the control plane; empties the host's CNI dirs, removes the node dirs it
-// made and what the primary's IPAM and containerd's libcni cache kept of this
+// made and what the primary's IPAM and the runtime's libcni cache kept of this
 // cluster, puts back the mount propagation and removes its dir. Safe to call
 // more than once.
 func (c *Cluster) Stop() {

@@ -138,7 +138,7 @@ func (e *tenv) waitReady(want bool) string {
 	}
 }
 
-// wantNodeCNI waits until containerd's loaded CNI network is name.
+// wantNodeCNI waits until the runtime's loaded CNI network is name.
 func (e *tenv) wantNodeCNI(name string) {
 	e.t.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -150,7 +150,7 @@ func (e *tenv) wantNodeCNI(name string) {
 		}
 		last = nets
 		if time.Now().After(deadline) {
-			e.t.Fatalf("containerd's CNI config is %+v (%v) after a minute, want the network %s", last, err, name)
+			e.t.Fatalf("%s's CNI config is %+v (%v) after a minute, want the network %s", e.c.Node.Kind(), last, err, name)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

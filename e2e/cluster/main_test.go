@@ -103,12 +103,16 @@ func startCluster(ctx context.Context) (*cluster.Cluster, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{TempDir: dir})
+	runtime, err := cluster.RuntimeFromEnv()
 	if err != nil {
 		return nil, dir, err
 	}
-	fmt.Fprintf(os.Stderr, "cluster: control plane and node up in %s\n", time.Since(start).Round(time.Millisecond))
+	start := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{TempDir: dir, Runtime: runtime})
+	if err != nil {
+		return nil, dir, err
+	}
+	fmt.Fprintf(os.Stderr, "cluster: control plane and node (%s) up in %s\n", runtime, time.Since(start).Round(time.Millisecond))
 	if err := cluster.InstallPrimaryPlugins(); err != nil {
 		return c, dir, err
 	}

@@ -118,7 +118,7 @@ func NetworkStatus(p *corev1.Pod) ([]netconf.NetworkStatus, error) {
 
 // Sandbox is the ID and the network namespace of the pod's ready sandbox.
 func (c *Cluster) Sandbox(ctx context.Context, p *corev1.Pod) (id, netns string, err error) {
-	list, err := c.Node.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
+	list, err := c.Node.CRIClient().Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
 		Filter: &runtimeapi.PodSandboxFilter{
 			LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(p.UID)},
 			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},

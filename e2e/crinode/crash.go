@@ -13,12 +13,12 @@ import (
 // namespaces (Options.HostNetNS).
 const hostNetNSDir = "/var/run/netns"
 
-// Crash ends containerd, every shim it started and every container they ran
+// Reboot does to this containerd what a node's reboot does: it ends containerd, every shim it started and every container they ran
 // with SIGKILL, and drops what a reboot wipes from the node's tmpfs: the task
 // state, the pods' network namespaces (with their interfaces) and the shim
 // sockets. Its root (images, sandbox and container metadata) stays, as on
 // disk. Restart brings it back; the kubelet then finds every sandbox dead.
-func (c *Containerd) Crash() {
+func (c *Containerd) Reboot() {
 	c.Kill()
 	c.removeTasks()
 	unmountUnder(filepath.Join(c.Dir, "state"))
@@ -65,15 +65,35 @@ func (c *Containerd) removeNetNS() {
 	}
 }
 
-// HostNetNSNames are the containerd-made (cni-*) network namespaces in the
-// host's /var/run/netns now.
+// HostNetNSNames are the runtime-made network namespaces in the host's
+// /var/run/netns now: containerd's cni-<uuid> and CRI-O's <uuid>.
 func HostNetNSNames() map[string]bool {
 	out := map[string]bool{}
 	entries, _ := os.ReadDir(hostNetNSDir)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "cni-") {
+		if isUUID(strings.TrimPrefix(e.Name(), "cni-")) {
 			out[e.Name()] = true
 		}
 	}
 	return out
+}
+
+// isUUID tells whether s is a UUID in its text form (8-4-4-4-12 hex digits).
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdef", r) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/manifold-cni/manifold/internal/testenv"
@@ -81,25 +83,31 @@ type CRIO struct {
 	bins CRIOBinaries
 	opts Options
 	reg  *ImageRegistry
+	// nsBefore are the namespaces pinned under /var/run (HostNetNS) before
+	// this CRI-O started: not ours to remove.
+	nsBefore map[string]bool
 }
 
 // Kind is "crio".
 func (c *CRIO) Kind() string { return "crio" }
 
 // StartCRIO writes CRI-O's config, starts it, serves the node image from a
-// registry on 127.0.0.1, pulls it through the CRI (it is the pause image
-// too) and returns once the CRI answers. Options.HostNetNS and
-// Options.Handlers are containerd's only. On error nothing is left.
+// registry on 127.0.0.1, pulls it through the CRI as ImageRef (it is the
+// pause image too) and returns once the CRI answers. Options.Handlers are
+// containerd's only. On error nothing is left.
 func StartCRIO(ctx context.Context, bins CRIOBinaries, opts Options) (*CRIO, error) {
-	if opts.HostNetNS || len(opts.Handlers) > 0 {
-		return nil, fmt.Errorf("crinode: CRI-O takes neither HostNetNS nor Handlers")
+	if len(opts.Handlers) > 0 {
+		return nil, fmt.Errorf("crinode: CRI-O takes no Handlers (a CNI conf dir per runtime handler is containerd's)")
 	}
 	dir, err := os.MkdirTemp(opts.TempDir, "manifold-crio-")
 	if err != nil {
 		return nil, err
 	}
-	c := &CRIO{CRI: CRI{Dir: dir, Socket: filepath.Join(dir, "crio.sock")}, bins: bins, opts: opts,
+	c := &CRIO{CRI: CRI{Dir: dir, Socket: filepath.Join(dir, "crio.sock"), Image: ImageRef}, bins: bins, opts: opts,
 		runtimeProc: runtimeProc{name: "crio", log: opts.Log, logFile: filepath.Join(dir, "crio.log")}}
+	if opts.HostNetNS {
+		c.nsBefore = hostNamespaces()
+	}
 	imageCacheOnce.Do(func() {
 		_, err := os.Lstat(imageCacheDir)
 		imageCacheOurs = os.IsNotExist(err)
@@ -118,22 +126,14 @@ func (c *CRIO) start(ctx context.Context) error {
 		return err
 	}
 	c.reg = reg
-	img, err := BuildImage(ctx, c.Dir)
-	if err != nil {
-		return err
-	}
-	if c.Image, err = reg.Push(ctx, img, "manifold/node-tools:1"); err != nil {
-		return err
-	}
 	for _, d := range []string{"conf.d", "exits", "attach", "ns", "pod-logs"} {
 		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
 			return err
 		}
 	}
 	files := map[string]string{
-		"crio.conf": c.config(),
-		// Only our registry, over plain HTTP.
-		"registries.conf": "[[registry]]\nlocation = " + strconv.Quote(reg.Host) + "\ninsecure = true\n",
+		"crio.conf":       c.config(),
+		"registries.conf": registriesConf(reg.Host),
 		"policy.json":     `{"default": [{"type": "insecureAcceptAnything"}]}`,
 	}
 	for name, text := range files {
@@ -141,7 +141,7 @@ func (c *CRIO) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(c.Dir, "runc-wrapper"), []byte(runcWrapper()), 0o755); err != nil {
+	if err := buildRuncWrapper(ctx, filepath.Join(c.Dir, "runc-wrapper")); err != nil {
 		return err
 	}
 	if err := c.launch(); err != nil {
@@ -153,19 +153,58 @@ func (c *CRIO) start(ctx context.Context) error {
 	if err := c.waitCRI(ctx, "crio", c.doneChan(), c.LogTail); err != nil {
 		return err
 	}
-	if _, err := c.Images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: c.Image}}); err != nil {
-		return fmt.Errorf("pull %s from the local registry: %w\n%s", c.Image, err, c.LogTail())
+	img, err := BuildImage(ctx, c.Dir)
+	if err != nil {
+		return err
+	}
+	return c.Import(ctx, img)
+}
+
+// mirroredRegistries are the registries whose images Import can put into
+// CRI-O: the node image's (ImageRef), manifold's (ghcr.io), the demo's
+// (registry.example) and the usual public ones. CRI-O reads its registries
+// config once, so the list is fixed when it starts.
+var mirroredRegistries = []string{"manifold.test", "ghcr.io", "registry.example", "docker.io", "registry.k8s.io", "quay.io"}
+
+// registriesConf is CRI-O's registries config: every registry of
+// mirroredRegistries has the local one (host, plain HTTP) as its mirror, so
+// that an image pushed there under its own path is pulled by its own name.
+// The registries themselves are never reached when the mirror has the
+// image; when it has not, the pull fails (no network here), as it should.
+func registriesConf(host string) string {
+	var b strings.Builder
+	for _, r := range mirroredRegistries {
+		fmt.Fprintf(&b, "[[registry]]\nprefix = %q\nlocation = %q\n[[registry.mirror]]\nlocation = %q\ninsecure = true\n\n",
+			r, r, host+"/"+r)
+	}
+	return b.String()
+}
+
+// Import puts the images of a docker-save tarball (ociimage's, which names
+// them in its manifest.json) into CRI-O's storage under their own names, as
+// an admin loads an image onto a node that must not pull it from outside:
+// each is pushed to the local registry and pulled through the CRI from
+// there, its registry's mirror.
+func (c *CRIO) Import(ctx context.Context, tarball string) error {
+	refs, err := c.reg.PushTarball(ctx, tarball, mirroredRegistries)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if _, err := c.Images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); err != nil {
+			return fmt.Errorf("pull %s from the local registry: %w\n%s", ref, err, c.LogTail())
+		}
 	}
 	return nil
 }
 
 // config is CRI-O's config. Each setting is here for a reason: every path
 // of its own (state, storage, logs, sockets, conmon's exit and attach dirs,
-// the network namespaces pinns makes, runc's root, the hooks, CDI and keys
-// dirs) in our dir, not under /var/lib/crio, /run/crio, /etc or /usr/share;
+// the namespaces pinns makes unless HostNetNS, runc's root, the hooks, CDI
+// and keys dirs) in our dir, not under /var/lib/crio, /run/crio, /etc or /usr/share;
 // the streaming server on 127.0.0.1; no irqbalance file written; the vfs storage driver (no overlay
 // in a nested container); cgroupfs (no systemd here); runc behind the
-// test-only wrapper (runcWrapper); the node image as the pause image, from
+// test-only wrapper (buildRuncWrapper); the node image as the pause image, from
 // the local registry; CNI from the given dirs; NRI off.
 func (c *CRIO) config() string {
 	q := strconv.Quote
@@ -192,7 +231,7 @@ conmon = ` + q(c.bins.Conmon) + `
 pinns_path = ` + q(filepath.Join(c.bins.Dir, "pinns")) + `
 container_exits_dir = ` + d("exits") + `
 container_attach_socket_dir = ` + d("attach") + `
-namespaces_dir = ` + d("ns") + `
+namespaces_dir = ` + q(c.nsDir()) + `
 hooks_dir = [` + d("hooks.d") + `]
 cdi_spec_dirs = [` + d("cdi") + `]
 decryption_keys_path = ` + d("keys") + `
@@ -220,32 +259,23 @@ enable_nri = false
 `
 }
 
-// runcWrapper is a TEST-ONLY stand-in for runc, CRI-O's runtime_path here.
-// CRI-O sets every infra container's oom_score_adj to -998 and has no
-// setting against it (containerd has restrict_oom_score_adj); lowering it
-// needs CAP_SYS_RESOURCE, which this sandbox lacks, so runc fails with
-// "nsexec: failed to update /proc/self/oom_score_adj: Permission denied".
-// The wrapper drops process.oomScoreAdj from the bundle's config.json
-// before it runs runc. A real node runs runc itself. The tier's own
-// sandboxes (SandboxConfig) get no infra container and pass without it
-// (checked: TestRuntimeThin/crio's static and traffic cases with runc as
-// runtime_path); a pod with a pod-wide PID namespace needs it.
-func runcWrapper() string {
-	return `#!/bin/sh
-# TEST-ONLY (e2e/crinode): drops process.oomScoreAdj from the OCI bundle,
-# which this sandbox may not lower, then runs runc with the same arguments.
-# sed -z: the key may be the last of its object, its comma on the line before.
-bundle= prev=
-for a in "$@"; do
-  case $prev in --bundle|-b) bundle=$a ;; esac
-  case $a in --bundle=*) bundle=${a#--bundle=} ;; esac
-  prev=$a
-done
-if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
-  sed -i -z -E 's/"oomScoreAdj"[[:space:]]*:[[:space:]]*-?[0-9]+[[:space:]]*,//; s/,[[:space:]]*"oomScoreAdj"[[:space:]]*:[[:space:]]*-?[0-9]+//' "$bundle/config.json"
-fi
-exec ` + runcPath() + ` "$@"
-`
+// buildRuncWrapper builds runcwrap, a TEST-ONLY stand-in for runc that
+// takes out of each container's OCI config what this sandbox cannot give it
+// (an oom_score_adj below 0, hugepage limits, capabilities it lacks) and
+// then runs runc: CRI-O's runtime_path here. See runcwrap's doc for each
+// error it avoids. A real node runs runc itself.
+func buildRuncWrapper(ctx context.Context, out string) error {
+	root, err := testenv.FindRepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.runc="+runcPath(), "-o", out, "./e2e/crinode/runcwrap")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the runc wrapper: %w: %s", err, b)
+	}
+	return nil
 }
 
 // launch starts crio. It dies with the test process (Pdeathsig, on a locked
@@ -287,6 +317,7 @@ func (c *CRIO) Stop() {
 	c.Shutdown()
 	c.closeConn()
 	c.KillPods()
+	c.removeNamespaces()
 	unmountUnder(c.Dir)
 	os.RemoveAll(c.Dir)
 	if c.reg != nil {
@@ -361,18 +392,80 @@ func (c *CRIO) conmonPids() []int {
 
 // Reboot does to this CRI-O what a node's reboot does: crio, its conmons and
 // every container die, and what lives on tmpfs goes: the run dir (runroot,
-// conmon's exit files) and the pods' network namespaces, with their
+// conmon's exit files) and the pods' namespaces, the network ones with their
 // interfaces. Its storage (root) stays. Restart brings it back.
 func (c *CRIO) Reboot() {
 	c.Kill()
 	c.KillPods()
-	for _, d := range []string{"runroot", "ns", "exits"} {
+	c.removeNamespaces()
+	for _, d := range []string{"runroot", "exits"} {
 		p := filepath.Join(c.Dir, d)
 		unmountUnder(p)
 		os.RemoveAll(p)
 	}
 	os.MkdirAll(filepath.Join(c.Dir, "exits"), 0o755)
-	os.MkdirAll(filepath.Join(c.Dir, "ns"), 0o755)
+}
+
+// nsDir is CRI-O's namespaces_dir: pinns pins each pod's namespaces at
+// <nsDir>/{net,ipc,uts}ns/<uuid>. With HostNetNS it is /var/run, CRI-O's
+// default, so that the network namespaces are in /var/run/netns, where a
+// DaemonSet that mounts it (the thick one) finds them.
+func (c *CRIO) nsDir() string {
+	if c.opts.HostNetNS {
+		return hostNSDir
+	}
+	return filepath.Join(c.Dir, "ns")
+}
+
+// hostNSDir is a node's namespaces_dir, CRI-O's default.
+const hostNSDir = "/var/run"
+
+// pinnedNSTypes are the namespace dirs pinns makes under namespaces_dir.
+var pinnedNSTypes = []string{"netns", "ipcns", "utsns", "userns", "pidns"}
+
+// hostNamespaces are the namespace dirs and the namespaces pinned in them
+// under /var/run now.
+func hostNamespaces() map[string]bool {
+	out := map[string]bool{}
+	for _, t := range pinnedNSTypes {
+		d := filepath.Join(hostNSDir, t)
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		out[d] = true
+		for _, e := range entries {
+			out[filepath.Join(d, e.Name())] = true
+		}
+	}
+	return out
+}
+
+// removeNamespaces unmounts and removes the namespaces this CRI-O pinned:
+// its own ns dir, or (HostNetNS) what it added under /var/run, the dirs
+// included. With a network namespace go the pod ends of its interfaces.
+func (c *CRIO) removeNamespaces() {
+	if !c.opts.HostNetNS {
+		p := filepath.Join(c.Dir, "ns")
+		unmountUnder(p)
+		os.RemoveAll(p)
+		os.MkdirAll(p, 0o755)
+		return
+	}
+	for _, t := range pinnedNSTypes {
+		d := filepath.Join(hostNSDir, t)
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			p := filepath.Join(d, e.Name())
+			if !c.nsBefore[p] {
+				unix.Unmount(p, unix.MNT_DETACH)
+				os.Remove(p)
+			}
+		}
+		if !c.nsBefore[d] && t != "netns" {
+			os.Remove(d) // only when empty
+		}
+	}
 }
 
 // SandboxConfig is CRI.SandboxConfig with a PID namespace per container, as
@@ -387,4 +480,37 @@ func (c *CRIO) SandboxConfig(namespace, name, uid string, annotations map[string
 		NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
 	}
 	return cfg
+}
+
+var (
+	crioDefaultNet = regexp.MustCompile(`Updated default CNI network name to ([^"\s]+)`)
+	crioFoundNet   = regexp.MustCompile(`Found CNI network (\S+) \(type=([^)\s]+)\)`)
+)
+
+// LoadedCNI is the CNI network CRI-O uses now: the last one its log names as
+// its default (ocicni logs it at each reload of the conf dir; CRI-O's CRI
+// status does not hold its CNI config, unlike containerd's), with its first
+// plugin's type. It needs the log in its file (no Options.Log).
+func (c *CRIO) LoadedCNI(ctx context.Context) ([]CNINetwork, error) {
+	if c.log != nil {
+		return nil, fmt.Errorf("crinode: CRI-O's log goes to Options.Log: its loaded CNI network cannot be read")
+	}
+	b, err := os.ReadFile(c.logFile)
+	if err != nil {
+		return nil, err
+	}
+	var def string
+	types := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := crioFoundNet.FindStringSubmatch(line); m != nil {
+			types[m[1]] = m[2]
+		}
+		if m := crioDefaultNet.FindStringSubmatch(line); m != nil {
+			def = m[1]
+		}
+	}
+	if def == "" {
+		return nil, nil
+	}
+	return []CNINetwork{{Name: def, Types: []string{types[def]}}}, nil
 }

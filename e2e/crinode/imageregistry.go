@@ -8,6 +8,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -42,21 +44,48 @@ func StartImageRegistry() (*ImageRegistry, error) {
 	return r, nil
 }
 
-// Push pushes the image of a docker-save tarball (ociimage's archives hold
-// its manifest.json too) as repo:tag and returns its reference.
-func (r *ImageRegistry) Push(ctx context.Context, tarballPath, repoTag string) (string, error) {
-	img, err := tarball.ImageFromPath(tarballPath, nil)
+// PushTarball pushes every image that a docker-save tarball names (its
+// manifest.json's RepoTags) to <Host>/<registry>/<repository>:<tag>, where
+// the registry is the one of its own name and must be one of registries
+// (each has that path of this registry as its mirror), and returns the
+// names it pushed, as the tarball gives them.
+func (r *ImageRegistry) PushTarball(ctx context.Context, tarballPath string, registries []string) ([]string, error) {
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(tarballPath) })
 	if err != nil {
-		return "", fmt.Errorf("read image %s: %w", tarballPath, err)
+		return nil, fmt.Errorf("read image %s: %w", tarballPath, err)
 	}
-	ref, err := name.NewTag(r.Host+"/"+repoTag, name.Insecure)
-	if err != nil {
-		return "", err
+	var refs []string
+	for _, desc := range m {
+		for _, t := range desc.RepoTags {
+			tag, err := name.NewTag(t)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: RepoTag %q: %w", tarballPath, t, err)
+			}
+			reg := tag.RegistryStr()
+			if reg == name.DefaultRegistry {
+				reg = "docker.io"
+			}
+			if !slices.Contains(registries, reg) {
+				return nil, fmt.Errorf("image %s: %s is from registry %s, which has no local mirror (only %v)", tarballPath, t, reg, registries)
+			}
+			img, err := tarball.ImageFromPath(tarballPath, &tag)
+			if err != nil {
+				return nil, fmt.Errorf("read image %s of %s: %w", t, tarballPath, err)
+			}
+			dst, err := name.NewTag(r.Host+"/"+reg+"/"+tag.RepositoryStr()+":"+tag.TagStr(), name.Insecure)
+			if err != nil {
+				return nil, err
+			}
+			if err := remote.Write(dst, img, remote.WithContext(ctx)); err != nil {
+				return nil, fmt.Errorf("push %s: %w", dst, err)
+			}
+			refs = append(refs, t)
+		}
 	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		return "", fmt.Errorf("push %s: %w", ref, err)
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("image %s names no image (no RepoTags in its manifest.json)", tarballPath)
 	}
-	return ref.String(), nil
+	return refs, nil
 }
 
 // Close stops the registry and waits for its server to end.

@@ -19,8 +19,8 @@ import (
 // whatever its --root-dir says; Stop removes what it made there.
 const legacyKubeletDir = "/var/lib/kubelet"
 
-// Kubelet is a running kubelet on a Containerd, registered with an API
-// server as NodeName.
+// Kubelet is a running kubelet on a Node (containerd or CRI-O), registered
+// with an API server as NodeName.
 type Kubelet struct {
 	Dir      string
 	NodeName string
@@ -80,14 +80,16 @@ registerNode: true
 `
 }
 
-// StartKubelet starts a kubelet on c, joining the API server of kubeconfig as
-// nodeName, and returns once its healthz answers. Its output goes to log, or
-// to a file in its dir when log is nil.
-func StartKubelet(ctx context.Context, bins Binaries, c *Containerd, kubeconfig, nodeName string, log io.Writer) (*Kubelet, error) {
+// StartKubelet starts a kubelet on the runtime n, joining the API server of
+// kubeconfig as nodeName, and returns once its healthz answers. Its dir is
+// beside the runtime's. Its output goes to log, or to a file in its dir when
+// log is nil. Both runtimes here run with cgroupfs, the kubelet's
+// cgroupDriver.
+func StartKubelet(ctx context.Context, bins Binaries, n Node, kubeconfig, nodeName string, log io.Writer) (*Kubelet, error) {
 	if bins.Kubelet == "" {
 		return nil, fmt.Errorf("%w: no kubelet (set MANIFOLD_KUBELET or run hack/build-node.sh)", ErrBinariesUnavailable)
 	}
-	dir, err := os.MkdirTemp(c.opts.TempDir, "manifold-kubelet-")
+	dir, err := os.MkdirTemp(filepath.Dir(n.CRIClient().Dir), "manifold-kubelet-")
 	if err != nil {
 		return nil, err
 	}
@@ -102,14 +104,14 @@ func StartKubelet(ctx context.Context, bins Binaries, c *Containerd, kubeconfig,
 		}
 	}
 	track(nil, k, true)
-	if err := k.start(ctx, bins, c, kubeconfig, log); err != nil {
+	if err := k.start(ctx, bins, n, kubeconfig, log); err != nil {
 		k.Stop()
 		return nil, err
 	}
 	return k, nil
 }
 
-func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubeconfig string, log io.Writer) error {
+func (k *Kubelet) start(ctx context.Context, bins Binaries, n Node, kubeconfig string, log io.Writer) error {
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -122,7 +124,7 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, c *Containerd, kubec
 		return err
 	}
 	config := filepath.Join(k.Dir, "config.yaml")
-	if err := os.WriteFile(config, []byte(k.kubeletConfig(c.Socket, port, healthz)), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(k.kubeletConfig(n.CRIClient().Socket, port, healthz)), 0o644); err != nil {
 		return err
 	}
 	k.cmd = exec.Command(bins.Kubelet, "--config", config, "--kubeconfig", kubeconfig,
@@ -207,13 +209,13 @@ func (k *Kubelet) Kill() {
 
 // Restart starts the kubelet again on the same dir after Kill, and waits for
 // its healthz. Its log goes on in the same file.
-func (k *Kubelet) Restart(ctx context.Context, bins Binaries, c *Containerd, kubeconfig string) error {
+func (k *Kubelet) Restart(ctx context.Context, bins Binaries, n Node, kubeconfig string) error {
 	f, err := os.OpenFile(k.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return k.start(ctx, bins, c, kubeconfig, f)
+	return k.start(ctx, bins, n, kubeconfig, f)
 }
 
 // LogTail is the end of the kubelet's log, when it goes to its file.
@@ -227,8 +229,8 @@ func (k *Kubelet) LogTail() string {
 
 // Stop ends the kubelet (SIGTERM, SIGKILL after 15 s), unmounts its root
 // dir (it bind-mounts it onto itself), removes its dir and what it made
-// under /var/lib/kubelet. The pods' sandboxes stay in containerd, whose Stop
-// removes them. Safe to call more than once.
+// under /var/lib/kubelet. The pods' sandboxes stay in the runtime, whose
+// Stop removes them. Safe to call more than once.
 func (k *Kubelet) Stop() {
 	if k.done != nil {
 		select {

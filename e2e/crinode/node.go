@@ -31,10 +31,20 @@ type Node interface {
 	WaitExited(ctx context.Context, id string, sb *runtimeapi.PodSandboxConfig) (int32, string, error)
 	NetworkReady(ctx context.Context) (ready bool, reason, message string, err error)
 
+	// Import puts the images of a docker-save tarball (ociimage's) into the
+	// runtime's storage under their own names, never pulled from outside.
+	Import(ctx context.Context, tarball string) error
+	// LoadedCNI is the CNI network the runtime uses now for its pods.
+	LoadedCNI(ctx context.Context) ([]CNINetwork, error)
+
 	// Kill ends the runtime's own process with SIGKILL, as a crash would;
 	// its pods keep running. Restart starts it again on the same dirs.
 	Kill()
 	Restart(ctx context.Context) error
+	// Reboot does what a node's reboot does to the runtime: it, its pods'
+	// processes and what lives on tmpfs (run state, the pods' network
+	// namespaces) go; its storage stays. Restart brings it back.
+	Reboot()
 	// Stop removes every sandbox through the CRI, stops the runtime and
 	// removes whatever it left. It is safe to call more than once.
 	Stop()

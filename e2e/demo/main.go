@@ -1,12 +1,12 @@
 // Command demo installs manifold on a real one-node Kubernetes the way an admin
 // does, and shows what a pod gets. The cluster is built from source, with no
 // Docker and no kind (e2e/cluster): a real etcd, kube-apiserver, kube-scheduler
-// and kube-controller-manager on 127.0.0.1, and a node of containerd 2.x with
-// runc and a kubelet, whose CNI dirs are the host's /etc/cni/net.d and
-// /opt/cni/bin.
+// and kube-controller-manager on 127.0.0.1, and a node of containerd 2.x (or
+// CRI-O 1.35 with make demo RUNTIME=crio) with runc and a kubelet, whose CNI
+// dirs are the host's /etc/cni/net.d and /opt/cni/bin.
 //
 // manifold's image is built without Docker (as `make image` does) and imported
-// into the node's containerd; then the commands of docs/install.md run with
+// into the node's runtime; then the commands of docs/install.md run with
 // kubectl: the CRD, the RBAC and the thin DaemonSet, whose pod installs
 // manifold on the node. The only file placed on the node by hand is the
 // cluster's primary CNI config (and its reference plugins), as the cluster's
@@ -108,7 +108,11 @@ func (d *demo) cleanup() {
 
 func (d *demo) run(ctx context.Context) error {
 	heading("manifold demo: installed with kubectl on a one-node Kubernetes built from source")
-	fmt.Println("etcd, kube-apiserver, kube-scheduler and kube-controller-manager on 127.0.0.1; containerd 2.x,")
+	rt, err := cluster.RuntimeFromEnv()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("etcd, kube-apiserver, kube-scheduler and kube-controller-manager on 127.0.0.1; %s,\n", map[string]string{cluster.Containerd: "containerd 2.x", cluster.CRIO: "CRI-O 1.35"}[rt])
 	fmt.Println("runc and a kubelet on this machine, with the host's /etc/cni/net.d and /opt/cni/bin.")
 	for _, f := range []func(context.Context) error{d.buildImage, d.startCluster, d.installThin, d.networks, d.podThin, d.switchThick, d.webhook} {
 		if err := f(ctx); err != nil {

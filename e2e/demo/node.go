@@ -66,12 +66,18 @@ func (d *demo) startCluster(ctx context.Context) error {
 		return err
 	}
 	d.c = c
-	d.later("stop the kubelet, containerd and the control plane; empty /etc/cni/net.d and /opt/cni/bin", func() error { c.Stop(); return nil })
+	d.later("stop the kubelet, "+c.Node.Kind()+" and the control plane; empty /etc/cni/net.d and /opt/cni/bin", func() error { c.Stop(); return nil })
 	fmt.Printf("  control plane on %s and node %s up in %s\n", c.CP.URL, c.NodeName, time.Since(start).Round(100*time.Millisecond))
 	_, msg, _ := c.NodeReady(ctx)
 	fmt.Printf("  node %s is NotReady: %s\n", c.NodeName, msg)
 
-	fmt.Printf("\n  $ ctr -n k8s.io images import %s   (on the node; never pulled)\n", filepath.Base(d.image))
+	load := "ctr -n k8s.io images import " + filepath.Base(d.image)
+	if c.Node.Kind() == cluster.CRIO {
+		// CRI-O has no import: the image goes through a registry on the
+		// node's loopback, as `skopeo copy docker-archive:… containers-storage:…` would put it.
+		load = "skopeo copy docker-archive:" + filepath.Base(d.image) + " containers-storage:" + image
+	}
+	fmt.Printf("\n  $ %s   (on the node; never pulled)\n", load)
 	if err := c.Node.Import(ctx, d.image); err != nil {
 		return err
 	}
