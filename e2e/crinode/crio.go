@@ -444,6 +444,9 @@ func hostNamespaces() map[string]bool {
 // removeNamespaces unmounts and removes the namespaces this CRI-O pinned:
 // its own ns dir, or (HostNetNS) what it added under /var/run, the dirs
 // included. With a network namespace go the pod ends of its interfaces.
+// Under /var/run only names that pinns gives (a UUID) are touched: other
+// tests (the cnitest-… of the CNI testutils, the bench's) may hold
+// namespaces there at the same time.
 func (c *CRIO) removeNamespaces() {
 	if !c.opts.HostNetNS {
 		p := filepath.Join(c.Dir, "ns")
@@ -457,7 +460,7 @@ func (c *CRIO) removeNamespaces() {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
 			p := filepath.Join(d, e.Name())
-			if !c.nsBefore[p] {
+			if !c.nsBefore[p] && isUUID(e.Name()) {
 				unix.Unmount(p, unix.MNT_DETACH)
 				os.Remove(p)
 			}
