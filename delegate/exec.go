@@ -59,9 +59,10 @@ type Exec struct {
 	// path: reaped at once, a plugin that looked at its threads in /proc
 	// (as the CNI ns package does) costs its reaper 1.5-2.5 ms of CPU, most
 	// of it spent waiting on the plugin's own exiting threads
-	// (docs/performance-history.md, change 18). The node daemon sets it; the
-	// binary, which exits after its call, does not, so that it leaves no
-	// exited child to the node's init.
+	// (docs/performance-history.md, change 18). The node daemon and the
+	// binary both set it; the binary, which exits after its call, calls
+	// ReapPending before it exits, so that it leaves no exited child to the
+	// node's init.
 	ReapLater bool
 
 	mu   sync.Mutex
@@ -72,6 +73,9 @@ type Exec struct {
 	anyOrder bool
 	next     *proc // started for plan[0] (anyOrder: for one of plan); nil if none
 	stats    PrestartStats
+	// pending are the reapers of the processes that ReapLater answered;
+	// ReapPending reaps those that their timer has not reaped yet.
+	pending []*reaper
 }
 
 var _ invoke.Exec = (*Exec)(nil)
@@ -152,6 +156,24 @@ func (e *Exec) planIndexLocked(path string, env []string) int {
 // Close stops any waiting process. It is safe to call more than once, and on nil.
 func (e *Exec) Close() {
 	e.Expect(nil)
+}
+
+// ReapPending reaps, now, every process of this Exec's calls that ReapLater
+// left to its timer and that the timer has not reaped yet. The binary calls
+// it at the end of its call, before it exits: by then all but the last
+// delegate have long finished their exit, so their reap is cheap, and no
+// exited child is left to the node's init. Nil-safe.
+func (e *Exec) ReapPending() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	pending := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	for _, r := range pending {
+		r.reap()
+	}
 }
 
 // LogStats logs, at debug level, what became of the processes started early,
@@ -321,6 +343,11 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 	done := p.give(ctx, stdinData, e.ReapLater)
 	e.startNext()
 	err := <-done
+	if e.ReapLater {
+		e.mu.Lock()
+		e.pending = append(e.pending, p.reaper)
+		e.mu.Unlock()
+	}
 	if err != nil && ctx.Err() != nil {
 		cause := context.Cause(ctx)
 		if errors.Is(err, errGroupLeft) {

@@ -225,7 +225,7 @@ func (p *proc) wait(reapLater bool) error {
 // run late on a busy node: at a load of 8 on 2 CPUs, a reap 5 ms after the
 // exit still cost 0.8-1.6 ms, one 50 ms after it 0.1-0.3 ms. A zombie holds
 // only its pid and its task until then.
-const reapDelay = 100 * time.Millisecond
+var reapDelay = 100 * time.Millisecond // a var for tests only
 
 // reap reaps the process, once, and returns its exit as exec.Cmd.Wait does.
 func (p *proc) reap() error { return p.reaper.reap() }

@@ -87,3 +87,56 @@ func TestReapLaterAnswersThenReaps(t *testing.T) {
 		}
 	}
 }
+
+// ReapPending, the binary's last step, reaps at once every process that
+// ReapLater left to its timer: after it, none of the call's plugins is left
+// a zombie of this process. The timer is set far off, so that only
+// ReapPending can have reaped them.
+func TestReapPendingLeavesNoZombie(t *testing.T) {
+	saved := reapDelay
+	reapDelay = time.Hour
+	t.Cleanup(func() { reapDelay = saved })
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	ok := scriptPlugin(t, dir, "ok", "echo $$ >> "+pids, "")
+	failing := filepath.Join(dir, "failing")
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho $$ >> "+pids+"\nexit 4\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &Exec{ReapLater: true, Busy: idle}
+	e.Expect([]Call{call(ok, "ADD", "eth0"), call(ok, "ADD", "net1")})
+	run(t, e, call(ok, "ADD", "eth0"), "config")
+	run(t, e, call(ok, "ADD", "net1"), "config")
+	if _, err := e.ExecPlugin(context.Background(), failing, []byte("config"), call(failing, "ADD", "net2").Env); err == nil {
+		t.Fatal("ExecPlugin failing: no error")
+	}
+	e.Close()
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 3 {
+		t.Fatalf("%d plugins ran, want 3: %q", len(fields), fields)
+	}
+	zombie := func(pid int) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err == nil && info.Signo != 0
+	}
+	for _, f := range fields {
+		if pid, _ := strconv.Atoi(f); !zombie(pid) {
+			t.Fatalf("plugin process %d was reaped before ReapPending; the test cannot tell", pid)
+		}
+	}
+	e.ReapPending()
+	for _, f := range fields {
+		pid, _ := strconv.Atoi(f)
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.ECHILD) {
+			t.Errorf("plugin process %d after ReapPending: waitid = %v (signo %d), want ECHILD: not reaped", pid, err, info.Signo)
+		}
+	}
+	e.ReapPending() // nothing left: a no-op
+}
