@@ -71,12 +71,18 @@ func (k *LogKeeper) Stop() {
 // deleted ones included), the last max bytes of each, in the order of their
 // paths.
 func (k *LogKeeper) Logs(daemonSet string, max int) string {
+	return k.logsOf(func(n string) bool { return podOf(n) == daemonSet }, max)
+}
+
+// logsOf are the kept logs whose paths match, the last max bytes of each,
+// in the order of their paths.
+func (k *LogKeeper) logsOf(match func(path string) bool, max int) string {
 	k.copy()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	names := make([]string, 0, len(k.logs))
+	var names []string
 	for n := range k.logs {
-		if podOf(n) == daemonSet {
+		if match(n) {
 			names = append(names, n)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -155,23 +154,5 @@ func onlyNotFound(out string) bool {
 // (kubectl logs needs the kubelet's address, which this node does not
 // publish.)
 func (k *LogKeeper) WebhookLogs(max int) string {
-	k.copy()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var names []string
-	for n := range k.logs {
-		if strings.HasPrefix(n, "kube-system_"+WebhookName+"-") {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range names {
-		log := k.logs[n]
-		if len(log) > max {
-			log = append([]byte("…"), log[len(log)-max:]...)
-		}
-		fmt.Fprintf(&b, "=== %s:\n%s\n", n, log)
-	}
-	return b.String()
+	return k.logsOf(func(n string) bool { return strings.HasPrefix(n, "kube-system_"+WebhookName+"-") }, max)
 }
