@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -160,10 +161,15 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, n Node, kubeconfig s
 	url := "http://127.0.0.1:" + strconv.Itoa(healthz) + "/healthz"
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
+		// Ready once healthz answers and the kubelet's server listens too: it
+		// binds its port after healthz's, and exits if it cannot.
 		if resp, err := http.Get(url); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+					conn.Close()
+					return nil
+				}
 			}
 		}
 		select {
@@ -289,12 +295,23 @@ func lockKubelet(ctx context.Context) (func(), error) {
 	}
 }
 
-// freePort asks the kernel for an unused loopback port.
+// freePort picks an unused loopback port for the kubelet to listen on. It
+// is chosen below the kernel's ephemeral range (32768-60999 by default),
+// because the kubelet binds it only later: a port from that range (what
+// listening on port 0 gives) may meanwhile become the local end of any
+// outgoing connection on the node, and the kubelet then dies at start-up
+// with "bind: address already in use", as it once did on the restart after
+// a node reboot of the cluster tier.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	const lo, n = 20000, 12000
+	var err error
+	for range 200 {
+		p := lo + rand.IntN(n)
+		var l net.Listener
+		if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			l.Close()
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free loopback port in %d-%d: %w", lo, lo+n-1, err)
 }
