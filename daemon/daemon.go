@@ -40,6 +40,8 @@ const (
 // (docs/thick-mode.md). It serves the calls that manifold-shim passes over the
 // socket with the same verbs as the binary, in one long-lived process.
 func Run(args []string) int {
+	// First, while the runtime has few threads (docs/performance.md).
+	slackErr := delegate.RaiseTimerSlack(delegate.TimerSlack)
 	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
 	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on; its directory is made 0700, so give it a directory of its own")
 	hostRoot := fs.String("host-root", "", "the host's root filesystem as mounted in the daemon's container; delegates run chrooted into it")
@@ -116,6 +118,9 @@ func Run(args []string) int {
 		if addr != nil {
 			log.Info("metrics and health served", "address", addr.String())
 		}
+	}
+	if slackErr != nil {
+		log.Info("the daemon's threads keep the default timer slack, which costs more CPU per call", "error", slackErr.Error())
 	}
 	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,

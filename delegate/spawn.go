@@ -86,7 +86,7 @@ func spawn(cmd *exec.Cmd) error {
 func spawnLoop() {
 	runtime.LockOSThread()
 	for r := range spawnReqs {
-		r.done <- r.cmd.Start()
+		r.done <- withChildSlack(r.cmd.Start)
 	}
 }
 
