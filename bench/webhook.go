@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
+	"github.com/manifold-cni/manifold/internal/testenv"
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
@@ -163,22 +164,21 @@ func (b *bench) startWebhook() (int, error) {
 	cmd := exec.Command(b.manifold, "webhook", "--listen="+addr, "--kubeconfig="+b.cp.KubeconfigPath, "--namespace="+webhookHome,
 		"--webhook-config="+webhookName, "--hosts=127.0.0.1")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	var waitErr error
+	done, err := testenv.StartTied(cmd, &waitErr)
+	if err != nil {
 		return 0, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	b.onCleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-exited:
-			if err != nil {
-				logf("webhook: exited with %v after SIGTERM: %s", err, logs.String())
+		case <-done:
+			if waitErr != nil {
+				logf("webhook: exited with %v after SIGTERM: %s", waitErr, logs.String())
 			}
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-done
 			logf("webhook: killed, 30s after SIGTERM")
 		}
 	})
@@ -190,8 +190,8 @@ func (b *bench) startWebhook() (int, error) {
 			return cmd.Process.Pid, nil
 		}
 		select {
-		case err := <-exited:
-			return 0, fmt.Errorf("the webhook exited: %v: %s", err, logs.String())
+		case <-done:
+			return 0, fmt.Errorf("the webhook exited: %v: %s", waitErr, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -43,27 +42,14 @@ func startProcess(name, bin string, args []string, logPath string, env []string)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			_ = logf.Close()
-			started <- err
-			return
-		}
-		// The child holds its own copy of the descriptor now.
-		_ = logf.Close()
-		started <- nil
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	p := &process{name: name, cmd: cmd, logPath: logPath}
+	done, err := testenv.StartTied(cmd, &p.waitErr)
+	// The child, if started, holds its own copy of the descriptor now.
+	_ = logf.Close()
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	p.done = done
 	return p, nil
 }
 

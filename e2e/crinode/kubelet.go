@@ -10,10 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // legacyKubeletDir is where the kubelet makes its device-plugin socket
@@ -140,22 +141,9 @@ func (k *Kubelet) start(ctx context.Context, bins Binaries, n Node, kubeconfig s
 		log = f
 	}
 	k.cmd.Stdout, k.cmd.Stderr = log, log
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	k.done = make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := k.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		k.cmd.Wait()
-		close(k.done)
-	}()
-	if err := <-started; err != nil {
-		k.done = nil
+	done, err := testenv.StartTied(k.cmd, nil)
+	k.done = done // nil if it did not start
+	if err != nil {
 		return fmt.Errorf("start kubelet: %w", err)
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(healthz) + "/healthz"

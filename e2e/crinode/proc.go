@@ -5,10 +5,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // runtimeProc is a runtime's own process, containerd or crio: started so that
@@ -40,21 +41,8 @@ func (p *runtimeProc) startProc(cmd *exec.Cmd) error {
 		defer f.Close()
 		cmd.Stdout, cmd.Stderr = f, f
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	done := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(done)
-	}()
-	if err := <-started; err != nil {
+	done, err := testenv.StartTied(cmd, nil)
+	if err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.mu.Lock()

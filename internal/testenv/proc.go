@@ -1,6 +1,11 @@
 package testenv
 
-import "strings"
+import (
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+)
 
 // StatFields splits the text of /proc/<pid>/stat (or of a thread's
 // /proc/<pid>/task/<tid>/stat) after the command name: [0] is the state
@@ -13,4 +18,37 @@ func StatFields(stat string) []string {
 		return nil
 	}
 	return strings.Fields(stat[i+1:])
+}
+
+// StartTied starts cmd so that it dies with this process, even one that is
+// SIGKILLed: with SIGKILL as its parent death signal, forked and waited for on
+// a goroutine locked to its thread, since the kernel sends that signal when
+// the forking thread ends, not the process (golang/go#27505). The channel is
+// closed once cmd.Wait has returned; if waitErr is not nil, Wait's error is
+// stored there first.
+func StartTied(cmd *exec.Cmd, waitErr *error) (chan struct{}, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		if waitErr != nil {
+			*waitErr = err
+		}
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return done, nil
 }

@@ -1,8 +1,12 @@
 package testenv
 
 import (
+	"os/exec"
+	"runtime"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestStatFields(t *testing.T) {
@@ -18,5 +22,40 @@ func TestStatFields(t *testing.T) {
 		if got := StatFields(tc.stat); !slices.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
 			t.Errorf("StatFields(%q) = %q, want %q", tc.stat, got, tc.want)
 		}
+	}
+}
+
+// TestStartTiedOutlivesThreads: a process started with StartTied is not
+// killed when threads of this process end, as one forked from an ordinary
+// goroutine would be once the thread that forked it is gone; and done closes
+// when it exits.
+func TestStartTiedOutlivesThreads(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	done, err := StartTied(cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); <-done }()
+	for range 200 {
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		}()
+		<-ended
+		runtime.Gosched()
+	}
+	// A parent death signal would have come at once; give it the time to.
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatalf("the process ended while threads ended around it: %v", cmd.ProcessState)
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("done not closed 10s after the process was signalled")
 	}
 }

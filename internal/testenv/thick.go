@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -95,29 +94,15 @@ type Daemon struct {
 // its output going to out, and returns once the daemon answers on the socket.
 // Programs (the demo, the bench) use it; tests use StartDaemon.
 func RunDaemon(manifold, socket string, out io.Writer, flags ...string) (*Daemon, error) {
-	d := &Daemon{Socket: socket, done: make(chan struct{})}
+	d := &Daemon{Socket: socket}
 	d.cmd = exec.Command(manifold, append([]string{"daemon", "--socket", socket}, flags...)...)
 	d.cmd.Stdout, d.cmd.Stderr = out, out
-	// The daemon dies with whoever started it, even on a crash. Pdeathsig
-	// fires when the forking thread exits (golang/go#27505), so the fork and
-	// the Wait run on one goroutine locked to its thread, as in
-	// e2e/controlplane's startProcess.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := d.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		d.cmd.Wait()
-		close(d.done)
-	}()
-	if err := <-started; err != nil {
+	// The daemon dies with whoever started it, even on a crash.
+	done, err := StartTied(d.cmd, nil)
+	if err != nil {
 		return nil, fmt.Errorf("start manifold daemon: %w", err)
 	}
+	d.done = done
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if c, err := net.Dial("unix", socket); err == nil {
 			c.Close()
