@@ -52,3 +52,19 @@ func StartTied(cmd *exec.Cmd, waitErr *error) (chan struct{}, error) {
 	}
 	return done, nil
 }
+
+// EndThreads ends n OS threads of this process, one after the other: each
+// is the thread of a goroutine that locks it and returns without unlocking
+// it, which the Go runtime ends with the goroutine. A process whose parent
+// death signal came from one of them is then gone.
+func EndThreads(n int) {
+	for range n {
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			runtime.LockOSThread() // never unlocked
+		}()
+		<-ended
+		runtime.Gosched()
+	}
+}

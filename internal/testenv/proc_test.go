@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"os/exec"
-	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -36,15 +35,7 @@ func TestStartTiedOutlivesThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); <-done }()
-	for range 200 {
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		}()
-		<-ended
-		runtime.Gosched()
-	}
+	EndThreads(200)
 	// A parent death signal would have come at once; give it the time to.
 	time.Sleep(100 * time.Millisecond)
 	select {
