@@ -1,13 +1,13 @@
 package delegate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // hangingPlugin writes a plugin that starts a child of its own (a sleep, as a
@@ -91,28 +93,35 @@ func stillRunning(pids []int) []int {
 // ExecPlugin returns only once both are gone. Before, only the plugin got
 // SIGKILL, and its child ran on with whatever it held.
 func TestKilledPluginTakesItsGroup(t *testing.T) {
-	dir := t.TempDir()
-	path, pidFile := hangingPlugin(t, dir)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	go func() {
-		for deadline := time.Now().Add(30 * time.Second); len(readPids(pidFile)) < 2 && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel(errors.New("the test ended the call"))
-	}()
-	c := call(path, "ADD", "net1")
-	_, err := (&Exec{Busy: idle}).ExecPlugin(ctx, path, []byte(`{}`), c.Env)
-	var te *types.Error
-	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || !strings.Contains(te.Msg, "the test ended the call") {
-		t.Fatalf("ExecPlugin = %v, want code 11 naming the cause", err)
-	}
-	pids := readPids(pidFile)
-	if len(pids) != 2 {
-		t.Fatalf("pids %v", pids)
-	}
-	if left := stillRunning(pids); len(left) > 0 {
-		t.Errorf("processes of the killed plugin still running when ExecPlugin returned: %v (plugin, child: %v)", left, pids)
+	// The config is written from the call's own goroutine (give): one larger
+	// than a pipe holds, to a plugin that never reads it, blocks that write
+	// until the kill ends the plugin, and the call must still end.
+	for name, stdin := range map[string][]byte{"small config": []byte(`{}`), "config larger than the pipe, never read": bytes.Repeat([]byte(" "), 1<<20)} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, pidFile := hangingPlugin(t, dir)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			go func() {
+				for deadline := time.Now().Add(30 * time.Second); len(readPids(pidFile)) < 2 && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				cancel(errors.New("the test ended the call"))
+			}()
+			c := call(path, "ADD", "net1")
+			_, err := (&Exec{Busy: idle}).ExecPlugin(ctx, path, stdin, c.Env)
+			var te *types.Error
+			if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || !strings.Contains(te.Msg, "the test ended the call") {
+				t.Fatalf("ExecPlugin = %v, want code 11 naming the cause", err)
+			}
+			pids := readPids(pidFile)
+			if len(pids) != 2 {
+				t.Fatalf("pids %v", pids)
+			}
+			if left := stillRunning(pids); len(left) > 0 {
+				t.Errorf("processes of the killed plugin still running when ExecPlugin returned: %v (plugin, child: %v)", left, pids)
+			}
+		})
 	}
 }
 
@@ -154,15 +163,7 @@ func TestParentDeathSignalOutlivesThreads(t *testing.T) {
 		done <- err
 	}()
 	pids := waitPids(t, pidFile)
-	for range 200 {
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		}()
-		<-ended
-		runtime.Gosched()
-	}
+	testenv.EndThreads(200)
 	select {
 	case err := <-done:
 		t.Fatalf("the plugin ended while threads ended around it: %v", err)
