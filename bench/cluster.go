@@ -60,6 +60,9 @@ type storm struct {
 	// memory, each shared page split among the processes that map it) of
 	// manifold's processes and the delegates they run, sampled every 20 ms.
 	PeakPSSMiB float64 `json:"peak_pss_mib"`
+	// DaemonPeakPSSMiB is the node daemon's own share of it: its highest
+	// PSS in the same samples (thick mode).
+	DaemonPeakPSSMiB float64 `json:"daemon_peak_pss_mib,omitempty"`
 	// CgroupPeakMiB and LimitMiB are the thick daemon container's memory
 	// cgroup's peak (delegates and page cache included) and its limit.
 	CgroupPeakMiB float64 `json:"cgroup_peak_mib,omitempty"`
@@ -279,7 +282,7 @@ func podStorm(ctx context.Context, c *cluster.Cluster, mode cluster.Mode, n int)
 		os.WriteFile(filepath.Join(cg, "memory.max_usage_in_bytes"), []byte("0"), 0o644)
 	}
 	stop := make(chan struct{})
-	peak := make(chan int64, 1)
+	peak := make(chan pssPeaks, 1)
 	go func() { peak <- samplePeakPSS(stop) }()
 	pods := make([]*corev1.Pod, n)
 	errs := make([]error, n)
@@ -304,7 +307,9 @@ func podStorm(ctx context.Context, c *cluster.Cluster, mode cluster.Mode, n int)
 	}
 	st.RunningSec = round3(time.Since(start).Seconds())
 	close(stop)
-	st.PeakPSSMiB = round3(float64(<-peak) / (1 << 20))
+	peaks := <-peak
+	st.PeakPSSMiB = round3(float64(peaks.all) / (1 << 20))
+	st.DaemonPeakPSSMiB = round3(float64(peaks.daemon) / (1 << 20))
 	if cg != "" {
 		p, _ := cluster.CgroupValue(cg, "memory.max_usage_in_bytes")
 		l, _ := cluster.CgroupValue(cg, "memory.limit_in_bytes")
@@ -313,13 +318,17 @@ func podStorm(ctx context.Context, c *cluster.Cluster, mode cluster.Mode, n int)
 	return st, c.DeleteAndWait(ctx, 5*time.Minute, pods...)
 }
 
+// pssPeaks are samplePeakPSS's highest sum, and the node daemon's highest
+// PSS alone, in bytes.
+type pssPeaks struct{ all, daemon int64 }
+
 // samplePeakPSS sums, every 20 ms until stop, the proportional set size of
 // the processes run from the node's CNI bin dir (manifold, the shim, the
-// delegates) and of the node daemon, and returns the highest sum, in bytes.
-// PSS, not RSS: a hundred copies of one plugin share its text pages, and RSS
-// would count them a hundred times.
-func samplePeakPSS(stop <-chan struct{}) int64 {
-	var peak int64
+// delegates) and of the node daemon, and returns the highest sum, and the
+// daemon's own highest. PSS, not RSS: a hundred copies of one plugin share
+// its text pages, and RSS would count them a hundred times.
+func samplePeakPSS(stop <-chan struct{}) pssPeaks {
+	var peak pssPeaks
 	for {
 		select {
 		case <-stop:
@@ -336,9 +345,13 @@ func samplePeakPSS(stop <-chan struct{}) int64 {
 			if err != nil || !(strings.HasPrefix(exe, cluster.BinDir+"/") || strings.HasPrefix(exe, "/hostroot"+cluster.BinDir+"/") || filepath.Base(exe) == "manifold-daemon") {
 				continue
 			}
-			sum += pssBytes(d.Name())
+			pss := pssBytes(d.Name())
+			sum += pss
+			if filepath.Base(exe) == "manifold-daemon" {
+				peak.daemon = max(peak.daemon, pss)
+			}
 		}
-		peak = max(peak, sum)
+		peak.all = max(peak.all, sum)
 	}
 }
 
@@ -370,7 +383,7 @@ func (r *clusterResult) print(w io.Writer) {
 	}{{"thin", r.StormThin}, {"thick", r.StormThick}} {
 		fmt.Fprintf(w, "  storm of %d pods (%s): all Running in %.1f s; manifold's and its delegates' memory (PSS) peaked at %.1f MiB", s.s.Pods, s.name, s.s.RunningSec, s.s.PeakPSSMiB)
 		if s.s.LimitMiB > 0 {
-			fmt.Fprintf(w, "; the daemon container's cgroup at %.1f MiB of its %.0f MiB limit", s.s.CgroupPeakMiB, s.s.LimitMiB)
+			fmt.Fprintf(w, "; the daemon's own PSS peaked at %.1f MiB; the daemon container's cgroup at %.1f MiB of its %.0f MiB limit", s.s.DaemonPeakPSSMiB, s.s.CgroupPeakMiB, s.s.LimitMiB)
 		}
 		fmt.Fprintln(w)
 	}
