@@ -40,8 +40,6 @@ const (
 // (docs/thick-mode.md). It serves the calls that manifold-shim passes over the
 // socket with the same verbs as the binary, in one long-lived process.
 func Run(args []string) int {
-	// First, while the runtime has few threads (docs/performance.md).
-	slackErr := delegate.RaiseTimerSlack(delegate.TimerSlack)
 	fs := flag.NewFlagSet("manifold daemon", flag.ContinueOnError)
 	socket := fs.String("socket", shimproto.DefaultSocket, "the unix socket to listen on; its directory is made 0700, so give it a directory of its own")
 	hostRoot := fs.String("host-root", "", "the host's root filesystem as mounted in the daemon's container; delegates run chrooted into it")
@@ -68,6 +66,9 @@ func Run(args []string) int {
 		}
 		return 0
 	}
+	// Early, while the runtime has few threads, and not for --probe
+	// (docs/performance-history.md, change 19).
+	slackErr := delegate.RaiseTimerSlack(delegate.TimerSlack)
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {

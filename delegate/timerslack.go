@@ -42,10 +42,13 @@ var childSlack, ownSlack atomic.Int64
 // RaiseTimerSlack sets the timer slack of every thread of the process to ns,
 // and keeps the slack the calling thread had before for the delegates'
 // spawner threads. Threads started later inherit it from the thread that
-// starts them. Call it first thing in main. Setting another thread's slack
-// needs CAP_SYS_NICE; without it, or without /proc/<tid>/timerslack_ns
-// (Linux before 4.6), the threads not yet done keep theirs and the error
-// says why: the process is as fast as before, only not cheaper.
+// starts them. The daemon calls it early in its start; the thin binary does
+// not, since it measured no gain there for the work it adds to every call's
+// start. Setting another thread's slack needs CAP_SYS_NICE; without it, the
+// threads not yet done keep theirs and the error says why: the process is
+// as fast as before, only not cheaper. A kernel without
+// /proc/<tid>/timerslack_ns (before 4.6) leaves the other threads as they
+// were, with no error.
 func RaiseTimerSlack(ns int) error {
 	old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/manifold-cni/manifold/delegate"
 	"github.com/manifold-cni/manifold/flow"
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -37,9 +36,6 @@ func main() {
 			os.Exit(runDaemon(os.Args[1:]))
 		}
 	}
-	// Fewer wake-ups of the Go runtime's own threads for the whole call
-	// (docs/performance.md); without CAP_SYS_NICE it changes nothing.
-	delegate.RaiseTimerSlack(delegate.TimerSlack)
 	if os.Getenv(netconf.NestedEnv) != "" {
 		os.Exit(refuseNested())
 	}

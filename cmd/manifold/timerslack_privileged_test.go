@@ -23,7 +23,7 @@ func slackOf(t *testing.T, tid string) string {
 }
 
 // assertSlacks checks, while a call's gate delegate waits, that every thread
-// of manifold's process pid has delegate.TimerSlack, and that the gate, its
+// of the daemon pid has delegate.TimerSlack, and that the gate, its
 // delegate, has the slack manifold's starter had (docs/thick-mode.md).
 func assertSlacks(t *testing.T, pid int, want string) {
 	t.Helper()
@@ -45,48 +45,28 @@ func assertSlacks(t *testing.T, pid int, want string) {
 	}
 }
 
-// TestTimerSlack: the thin binary and the daemon run with a timer slack of
-// delegate.TimerSlack on all their threads, and their delegates without it.
+// TestTimerSlack: the daemon runs with a timer slack of delegate.TimerSlack
+// on all its threads, and its delegates without it.
 func TestTimerSlack(t *testing.T) {
 	// What manifold inherits from this test, and so what its delegates must have.
 	own := slackOf(t, "self")
-	t.Run("thin", func(t *testing.T) {
-		n := newNode(t)
-		gate, reached, release := gateDelegate(t)
-		conf := singlePlugin(t, n.manifoldConf(t, "1.0.0", nil, gate))
-		pod, _ := newPod(t)
-		cmd, out := startManifold(t, n, "ADD", conf, pod)
-		waitFile(t, reached, 30*time.Second)
-		assertSlacks(t, cmd.Process.Pid, own)
-		os.WriteFile(release, nil, 0o600)
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("ADD: %v: %s", err, out)
+	n := newThickNode(t, false)
+	d := n.startDaemon(t)
+	gate, reached, release := gateDelegate(t)
+	conf := singlePlugin(t, n.manifoldConf(t, "1.0.0", nil, gate))
+	pod, _ := newPod(t)
+	for _, verb := range []string{"ADD", "DEL"} {
+		conn := rawCall(t, d.Socket, podEnv(verb, pod, n.rt.BinDir), conf)
+		if verb == "ADD" {
+			waitFile(t, reached, 30*time.Second)
+			assertSlacks(t, d.Pid(), own)
+			os.WriteFile(release, nil, 0o600)
 		}
-		del, out := startManifold(t, n, "DEL", conf, pod)
-		if err := del.Wait(); err != nil {
-			t.Fatalf("DEL: %v: %s", err, out)
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		rep, err := shimproto.ReadReply(conn)
+		if err != nil || rep.ExitCode != 0 {
+			t.Fatalf("%s: %v %+v", verb, err, rep)
 		}
-		assertClean(t, n, "DEL")
-	})
-	t.Run("daemon", func(t *testing.T) {
-		n := newThickNode(t, false)
-		d := n.startDaemon(t)
-		gate, reached, release := gateDelegate(t)
-		conf := singlePlugin(t, n.manifoldConf(t, "1.0.0", nil, gate))
-		pod, _ := newPod(t)
-		for _, verb := range []string{"ADD", "DEL"} {
-			conn := rawCall(t, d.Socket, podEnv(verb, pod, n.rt.BinDir), conf)
-			if verb == "ADD" {
-				waitFile(t, reached, 30*time.Second)
-				assertSlacks(t, d.Pid(), own)
-				os.WriteFile(release, nil, 0o600)
-			}
-			conn.SetDeadline(time.Now().Add(time.Minute))
-			rep, err := shimproto.ReadReply(conn)
-			if err != nil || rep.ExitCode != 0 {
-				t.Fatalf("%s: %v %+v", verb, err, rep)
-			}
-		}
-		assertClean(t, n, "DEL")
-	})
+	}
+	assertClean(t, n, "DEL")
 }
