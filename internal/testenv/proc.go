@@ -1,10 +1,14 @@
 package testenv
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // StatFields splits the text of /proc/<pid>/stat (or of a thread's
@@ -55,16 +59,61 @@ func StartTied(cmd *exec.Cmd, waitErr *error) (chan struct{}, error) {
 
 // EndThreads ends n OS threads of this process, one after the other: each
 // is the thread of a goroutine that locks it and returns without unlocking
-// it, which the Go runtime ends with the goroutine. A process whose parent
-// death signal came from one of them is then gone.
-func EndThreads(n int) {
-	for range n {
+// it, which the Go runtime ends with the goroutine (all but the main thread,
+// which it parks). It returns once the kernel is done with every one of them (its /proc/self/task entry is gone,
+// so a parent death signal it owed was sent), or an error after 30s.
+func EndThreads(n int) error {
+	tids := make([]int, n)
+	for i := range n {
 		ended := make(chan struct{})
 		go func() {
 			defer close(ended)
 			runtime.LockOSThread() // never unlocked
+			tids[i] = syscall.Gettid()
 		}()
 		<-ended
 		runtime.Gosched()
 	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, tid := range tids {
+		if tid == os.Getpid() {
+			continue // the main thread: the runtime parks it instead of ending it
+		}
+		for {
+			if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("thread %d of a goroutine that ended locked to it still exists after 30s", tid)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// AliveUnsignalled reports whether process pid runs, is not a zombie, and
+// has no SIGKILL pending: what a process that a parent death signal missed
+// looks like, even right after the signal would have been sent.
+func AliveUnsignalled(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	const sigkill = 1 << (syscall.SIGKILL - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return false
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(v, 16, 64); err != nil || mask&sigkill != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -35,13 +35,11 @@ func TestStartTiedOutlivesThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); <-done }()
-	EndThreads(200)
-	// A parent death signal would have come at once; give it the time to.
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case <-done:
-		t.Fatalf("the process ended while threads ended around it: %v", cmd.ProcessState)
-	default:
+	if err := EndThreads(200); err != nil {
+		t.Fatal(err)
+	}
+	if !AliveUnsignalled(cmd.Process.Pid) {
+		t.Fatal("the process was killed while threads ended around it")
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
