@@ -69,6 +69,7 @@ func Run(args []string) int {
 	// Early, while the runtime has few threads, and not for --probe
 	// (docs/performance-history.md, change 19).
 	slackErr := delegate.RaiseTimerSlack(delegate.TimerSlack)
+	procs := limitProcs()
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {
@@ -125,7 +126,7 @@ func Run(args []string) int {
 	}
 	log.Info("daemon listening", "socket", *socket, "hostRoot", *hostRoot, "binDir", node.BinDir, "cniDir", node.CNIDir,
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
-		"shutdownTimeout", shutdownTimeout.String(), "version", flow.Version)
+		"shutdownTimeout", shutdownTimeout.String(), "gomaxprocs", procs, "version", flow.Version)
 	err = d.serve(ctx, ln)
 	if !hp.waitWithin(*shutdownTimeout) {
 		log.Warn("hot-plug changes still running at exit; a pod's DEL or GC undoes what they left", "waited", shutdownTimeout.String())

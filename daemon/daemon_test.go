@@ -179,3 +179,12 @@ func TestAPICacheBounded(t *testing.T) {
 		t.Errorf("%d evicted clients had their idle connections closed, want %d", closed, want)
 	}
 }
+
+// TestDaemonProcsRule: one P for every cpusPerP of Go's default, rounded up.
+func TestDaemonProcsRule(t *testing.T) {
+	for def, want := range map[int]int{1: 1, 2: 1, 8: 1, 9: 2, 16: 2, 17: 3, 64: 8, 96: 12} {
+		if got := daemonProcs(def); got != want {
+			t.Errorf("daemonProcs(%d) = %d, want %d", def, got, want)
+		}
+	}
+}
