@@ -60,10 +60,13 @@ type Exec struct {
 	// (as the CNI ns package does) costs its reaper 1.5-2.5 ms of CPU, most
 	// of it spent waiting on the plugin's own exiting threads
 	// (docs/performance-history.md, change 18). The node daemon and the
-	// binary both set it; the binary, which exits after its call, calls
-	// ReapPending before it exits, so that it leaves no exited child to the
-	// node's init.
+	// binary both set it.
 	ReapLater bool
+	// KeepPending keeps the reapers of the processes that ReapLater
+	// answered, for ReapPending. The binary sets it and calls ReapPending
+	// before it exits, so that it leaves no exited child to the node's init;
+	// the daemon leaves each process to its timer.
+	KeepPending bool
 
 	mu   sync.Mutex
 	plan []Call // the calls expected next, in order
@@ -73,8 +76,8 @@ type Exec struct {
 	anyOrder bool
 	next     *proc // started for plan[0] (anyOrder: for one of plan); nil if none
 	stats    PrestartStats
-	// pending are the reapers of the processes that ReapLater answered;
-	// ReapPending reaps those that their timer has not reaped yet.
+	// pending are the reapers of the processes that ReapLater answered, with
+	// KeepPending; ReapPending reaps those that their timer has not reaped yet.
 	pending []*reaper
 }
 
@@ -159,7 +162,8 @@ func (e *Exec) Close() {
 }
 
 // ReapPending reaps, now, every process of this Exec's calls that ReapLater
-// left to its timer and that the timer has not reaped yet. The binary calls
+// left to its timer and that the timer has not reaped yet; without
+// KeepPending there are none. The binary calls
 // it at the end of its call, before it exits: by then all but the last
 // delegate have long finished their exit, so their reap is cheap, and no
 // exited child is left to the node's init. Nil-safe.
@@ -343,7 +347,7 @@ func (e *Exec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []by
 	done := p.give(ctx, stdinData, e.ReapLater)
 	e.startNext()
 	err := <-done
-	if e.ReapLater {
+	if e.ReapLater && e.KeepPending {
 		e.mu.Lock()
 		e.pending = append(e.pending, p.reaper)
 		e.mu.Unlock()

@@ -86,6 +86,13 @@ func TestReapLaterAnswersThenReaps(t *testing.T) {
 			}
 		}
 	}
+	// Without KeepPending (the daemon), the timers reap them, and the Exec
+	// keeps nothing for ReapPending.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.pending) != 0 {
+		t.Errorf("the Exec keeps %d reapers without KeepPending, want none", len(e.pending))
+	}
 }
 
 // ReapPending, the binary's last step, reaps at once every process that
@@ -103,7 +110,7 @@ func TestReapPendingLeavesNoZombie(t *testing.T) {
 	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho $$ >> "+pids+"\nexit 4\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := &Exec{ReapLater: true, Busy: idle}
+	e := &Exec{ReapLater: true, KeepPending: true, Busy: idle}
 	e.Expect([]Call{call(ok, "ADD", "eth0"), call(ok, "ADD", "net1")})
 	run(t, e, call(ok, "ADD", "eth0"), "config")
 	run(t, e, call(ok, "ADD", "net1"), "config")

@@ -118,9 +118,6 @@ type call struct {
 	runner   *delegate.Runner
 	// exec runs the delegates; nil when a test supplied plugin.exec.
 	exec *delegate.Exec
-	// reapAtEnd: the binary reaps its delegates at the end of the call
-	// (finish), the daemon from their timers.
-	reapAtEnd bool
 }
 
 // envError is a CNI environment that manifold refuses (code 4).
@@ -179,8 +176,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 		// process is reaped later, once its threads are done with their
 		// own exit (delegate.Exec.ReapLater). The binary, which exits after
 		// the call, reaps those still pending at the end of it (finish).
-		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr, ReapLater: true}
-		c.reapAtEnd = !p.shared()
+		c.exec = &delegate.Exec{Root: p.hostRoot, Stderr: os.Stderr, ReapLater: true, KeepPending: !p.shared()}
 		ex = c.exec
 	}
 	cniPath := args.Path
@@ -232,11 +228,10 @@ func (p *Plugin) start(cmd string, args *skel.CmdArgs) (*call, error) {
 func (c *call) finish(err error) error {
 	defer c.closeLog()
 	defer c.cancel()
-	if c.reapAtEnd {
-		// Last, after the record, the status write and the log line: the
-		// delegates that ran early have long finished their exit by now.
-		defer c.exec.ReapPending()
-	}
+	// The binary's last step, after the record, the status write and the
+	// log line: the delegates that ran early have long finished their exit
+	// by now. The daemon's Exec keeps nothing pending, so this is nothing.
+	defer c.exec.ReapPending()
 	c.exec.Close()
 	c.exec.LogStats(c.log)
 	took := time.Since(c.start).Round(time.Microsecond).String()
