@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +20,7 @@ var podAPI struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	addr  *netlink.Addr
+	owned bool // addr is ours to remove (claimLoopback)
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
 }
@@ -33,7 +33,9 @@ var podAPI struct {
 // forwarded to the API server byte for byte: TLS passes through, and the API
 // server's certificate names the ClusterIP. Only the primary CNI's pods
 // (PrimarySubnet) are served; any other connection is closed at once. The
-// DaemonSets, on the host network, get --api-server instead (Manifest).
+// DaemonSets, on the host network, get --api-server instead (Manifest). An
+// address that was on lo before, not put there by a run of this package, is
+// used and left there (claimLoopback).
 //
 // It is idempotent; the cluster's Stop closes it.
 func (c *Cluster) ServeAPIToPods(ctx context.Context) error {
@@ -59,20 +61,16 @@ func (c *Cluster) ServeAPIToPods(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lo, err := netlink.LinkByName("lo")
+	addr, owned, err := claimLoopback(ip)
 	if err != nil {
-		return err
-	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}}
-	if err := netlink.AddrAdd(lo, addr); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("put the ClusterIP %s on lo: %w", ip, err)
+		return fmt.Errorf("the ClusterIP on lo: %w", err)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(int(svc.Spec.Ports[0].Port))))
 	if err != nil {
-		netlink.AddrDel(lo, addr)
+		releaseLoopback(addr, owned)
 		return err
 	}
-	podAPI.ln, podAPI.addr, podAPI.conns = ln, addr, map[net.Conn]bool{}
+	podAPI.ln, podAPI.addr, podAPI.owned, podAPI.conns = ln, addr, owned, map[net.Conn]bool{}
 	podAPI.wg.Add(1)
 	go func() {
 		defer podAPI.wg.Done()
@@ -138,7 +136,7 @@ func track(conns ...net.Conn) bool {
 // connections and the ClusterIP on lo.
 func stopAPIToPods() {
 	podAPI.mu.Lock()
-	ln, addr := podAPI.ln, podAPI.addr
+	ln, addr, owned := podAPI.ln, podAPI.addr, podAPI.owned
 	podAPI.ln, podAPI.addr = nil, nil
 	for c := range podAPI.conns {
 		c.Close()
@@ -149,9 +147,7 @@ func stopAPIToPods() {
 	}
 	ln.Close()
 	podAPI.wg.Wait()
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		if err := netlink.AddrDel(lo, addr); err != nil {
-			fmt.Fprintf(os.Stderr, "cluster: remove %s from lo: %v\n", addr, err)
-		}
+	if err := releaseLoopback(addr, owned); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
 	}
 }
