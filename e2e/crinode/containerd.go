@@ -24,8 +24,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // ErrBinariesUnavailable means containerd or the kubelet could not be found
@@ -39,55 +37,29 @@ type Binaries struct {
 	Kubelet       string
 }
 
-var (
-	findOnce sync.Once
-	found    Binaries
-	findErr  error
-)
-
 // FindBinaries returns $MANIFOLD_CONTAINERD_DIR and $MANIFOLD_KUBELET (which
-// may be empty: no kubelet) when the first is set, or else what hack/build-node.sh builds (cached by version;
-// a cold build takes minutes and shows its progress on stderr). runc must be
-// on PATH (Debian's package).
-func FindBinaries() (Binaries, error) {
-	findOnce.Do(func() { found, findErr = findBinaries() })
-	return found, findErr
-}
+// may be empty: no kubelet) when the first is set, or else what
+// hack/build-node.sh builds. runc must be on PATH (Debian's package).
+func FindBinaries() (Binaries, error) { return findBinariesOnce() }
 
-func findBinaries() (Binaries, error) {
-	if _, err := exec.LookPath("runc"); err != nil {
-		return Binaries{}, fmt.Errorf("%w: runc is not on PATH (apt-get install -y runc)", ErrBinariesUnavailable)
+var findBinariesOnce = sync.OnceValues(func() (Binaries, error) {
+	if _, err := onPath("runc", "runc"); err != nil {
+		return Binaries{}, err
 	}
 	b := Binaries{ContainerdDir: os.Getenv("MANIFOLD_CONTAINERD_DIR"), Kubelet: os.Getenv("MANIFOLD_KUBELET")}
 	if b.ContainerdDir == "" {
-		root, err := testenv.FindRepoRoot()
+		lines, err := hackBuild("build-node.sh", 2)
 		if err != nil {
 			return Binaries{}, err
 		}
-		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-node.sh"))
-		cmd.Dir = root
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return Binaries{}, fmt.Errorf("%w: hack/build-node.sh: %v", ErrBinariesUnavailable, err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(lines) != 2 {
-			return Binaries{}, fmt.Errorf("%w: hack/build-node.sh printed %q", ErrBinariesUnavailable, out)
-		}
 		b = Binaries{ContainerdDir: lines[0], Kubelet: lines[1]}
 	}
-	for _, p := range []string{filepath.Join(b.ContainerdDir, "containerd"), filepath.Join(b.ContainerdDir, "ctr"),
-		filepath.Join(b.ContainerdDir, "containerd-shim-runc-v2"), b.Kubelet} {
-		if p == "" {
-			continue
-		}
-		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-			return Binaries{}, fmt.Errorf("%w: %s is not an executable", ErrBinariesUnavailable, p)
-		}
+	if err := executables(filepath.Join(b.ContainerdDir, "containerd"), filepath.Join(b.ContainerdDir, "ctr"),
+		filepath.Join(b.ContainerdDir, "containerd-shim-runc-v2"), b.Kubelet); err != nil {
+		return Binaries{}, err
 	}
 	return b, nil
-}
+})
 
 // Options configure Start.
 type Options struct {

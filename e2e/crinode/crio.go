@@ -26,50 +26,32 @@ type CRIOBinaries struct {
 	Conmon string
 }
 
-var (
-	findCRIOOnce sync.Once
-	foundCRIO    CRIOBinaries
-	findCRIOErr  error
-)
-
 // FindCRIO returns $MANIFOLD_CRIO_DIR when it is set, or else what
-// hack/build-crio.sh builds (cached by version; a cold build takes minutes).
-// conmon and runc must be on PATH (Debian's packages).
-func FindCRIO() (CRIOBinaries, error) {
-	findCRIOOnce.Do(func() { foundCRIO, findCRIOErr = findCRIO() })
-	return foundCRIO, findCRIOErr
-}
+// hack/build-crio.sh builds. conmon and runc must be on PATH (Debian's
+// packages).
+func FindCRIO() (CRIOBinaries, error) { return findCRIOOnce() }
 
-func findCRIO() (CRIOBinaries, error) {
-	if _, err := exec.LookPath("runc"); err != nil {
-		return CRIOBinaries{}, fmt.Errorf("%w: runc is not on PATH (apt-get install -y runc)", ErrBinariesUnavailable)
+var findCRIOOnce = sync.OnceValues(func() (CRIOBinaries, error) {
+	if _, err := onPath("runc", "runc"); err != nil {
+		return CRIOBinaries{}, err
 	}
-	conmon, err := exec.LookPath("conmon")
+	conmon, err := onPath("conmon", "conmon")
 	if err != nil {
-		return CRIOBinaries{}, fmt.Errorf("%w: conmon is not on PATH (apt-get install -y conmon)", ErrBinariesUnavailable)
+		return CRIOBinaries{}, err
 	}
 	b := CRIOBinaries{Dir: os.Getenv("MANIFOLD_CRIO_DIR"), Conmon: conmon}
 	if b.Dir == "" {
-		root, err := testenv.FindRepoRoot()
+		lines, err := hackBuild("build-crio.sh", 1)
 		if err != nil {
 			return CRIOBinaries{}, err
 		}
-		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-crio.sh"))
-		cmd.Dir = root
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return CRIOBinaries{}, fmt.Errorf("%w: hack/build-crio.sh: %v", ErrBinariesUnavailable, err)
-		}
-		b.Dir = strings.TrimSpace(string(out))
+		b.Dir = lines[0]
 	}
-	for _, p := range []string{filepath.Join(b.Dir, "crio"), filepath.Join(b.Dir, "pinns")} {
-		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-			return CRIOBinaries{}, fmt.Errorf("%w: %s is not an executable", ErrBinariesUnavailable, p)
-		}
+	if err := executables(filepath.Join(b.Dir, "crio"), filepath.Join(b.Dir, "pinns")); err != nil {
+		return CRIOBinaries{}, err
 	}
 	return b, nil
-}
+})
 
 // CRIO is a running throwaway CRI-O with its CRI clients and the image
 // registry it pulls the node image from. Everything it makes is under Dir:
