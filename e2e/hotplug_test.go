@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -64,7 +63,7 @@ func newHotplugEnvWith(t *testing.T, fallback bool, kubeconfig string) *hotplugE
 	}
 	e.thick = testenv.NewRuntime(t, testenv.ThickBinDir(t, fallback))
 	e.socket = filepath.Join(t.TempDir(), "run", "manifold.sock")
-	e.metrics = freeAddr(t)
+	e.metrics = testenv.FreeLoopbackAddr(t)
 	e.startDaemon()
 	return e
 }
@@ -81,17 +80,6 @@ func (e *hotplugEnv) startDaemon() {
 	}
 	e.daemon = d
 	e.t.Cleanup(func() { d.Stop(e.t) })
-}
-
-// freeAddr is a 127.0.0.1 address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // setNetworks changes the pod's networks annotation, as a user would.

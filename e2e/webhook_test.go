@@ -302,12 +302,7 @@ func TestWebhookRotationUnderLoad(t *testing.T) {
 func TestWebhookBinary(t *testing.T) {
 	cp := controlPlane(t)
 	bin := testenv.Manifold(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeLoopbackAddr(t)
 	ns := webhookNamespace(t, cp, "https://"+addr+"/validate")
 	cmd := exec.Command(bin, "webhook", "--listen="+addr, "--kubeconfig="+cp.KubeconfigPath, "--namespace="+ns,
 		"--webhook-config="+ns, "--hosts=127.0.0.1", "--check-interval=2s")

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // gomaxprocsOf reads go_sched_gomaxprocs_threads, the GOMAXPROCS that Go's
@@ -40,17 +41,6 @@ func gomaxprocsOf(t *testing.T, addr string) int {
 	return 0
 }
 
-// loopbackAddr is a 127.0.0.1 port that was free a moment ago.
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestDaemonProcs: the daemon runs Go on one P for every 8 CPUs that Go
 // would use (one on this machine), and a GOMAXPROCS in its environment, as an
 // admin may set in the DaemonSet, stands (docs/thick-mode.md, "CPU").
@@ -63,7 +53,7 @@ func TestDaemonProcs(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		t.Setenv("GOMAXPROCS", "")
 		os.Unsetenv("GOMAXPROCS")
-		addr := loopbackAddr(t)
+		addr := testenv.FreeLoopbackAddr(t)
 		n.startDaemon(t, "--metrics-address", addr)
 		if got, want := gomaxprocsOf(t, addr), (def+7)/8; got != want {
 			t.Errorf("the daemon runs on %d Ps with Go's default of %d, want %d", got, def, want)
@@ -71,7 +61,7 @@ func TestDaemonProcs(t *testing.T) {
 	})
 	t.Run("set by the admin", func(t *testing.T) {
 		t.Setenv("GOMAXPROCS", "2")
-		addr := loopbackAddr(t)
+		addr := testenv.FreeLoopbackAddr(t)
 		n.startDaemon(t, "--metrics-address", addr)
 		if got := gomaxprocsOf(t, addr); got != 2 {
 			t.Errorf("the daemon runs on %d Ps with GOMAXPROCS=2 in its environment, want 2", got)

@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -99,4 +100,16 @@ func NetNS(t testing.TB) ns.NetNS {
 		_ = testutils.UnmountNS(n)
 	})
 	return n
+}
+
+// FreeLoopbackAddr is a 127.0.0.1 address with a port that was free a moment
+// ago, for a server that the test starts in another process.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
