@@ -24,6 +24,9 @@ const (
 	// armBaseline is armManifold with another manifold binary (-baseline),
 	// for before/after comparisons in one interleaved run.
 	armBaseline = "baseline"
+	// armFloor is armDirect in a process of its own (bench/floor.go), for
+	// its CPU time.
+	armFloor = "floor"
 )
 
 // sample is one timed ADD or DEL.
@@ -43,16 +46,22 @@ func (s sample) Own() time.Duration { return s.Proc.Wall - s.Proc.Delegates }
 
 // add runs ADD for a sandbox in one arm.
 func (b *bench) add(ctx context.Context, arm string, sb *sandbox) (sample, error) {
-	if arm == armDirect {
+	switch arm {
+	case armDirect:
 		return b.directAdd(ctx, sb)
+	case armFloor:
+		return b.floorCall("ADD", sb)
 	}
 	return b.manifoldCall(ctx, arm, "ADD", sb)
 }
 
 // del runs DEL for a sandbox in one arm.
 func (b *bench) del(ctx context.Context, arm string, sb *sandbox) (sample, error) {
-	if arm == armDirect {
+	switch arm {
+	case armDirect:
 		return b.directDel(ctx, sb)
+	case armFloor:
+		return b.floorCall("DEL", sb)
 	}
 	return b.manifoldCall(ctx, arm, "DEL", sb)
 }

@@ -68,7 +68,9 @@ type bench struct {
 	baseRuntime                  *libcni.CNIConfig
 	// thick is thick mode's daemon and shim (bench/thick.go); thickBase the
 	// same with -baseline and -baseline-shim, or nil.
-	thick, thickBase          *thickArm
+	thick, thickBase *thickArm
+	// floor is the floor arm's process (bench/floor.go).
+	floor                     *floorArm
 	baseline                  string // the baseline manifold binary, or ""
 	baselineShim              string // the baseline manifold-shim binary, or ""
 	runtimeCache, directCache string
@@ -155,6 +157,9 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 	b.shimRuntime = libcni.NewCNIConfigWithCacheDir([]string{b.shimDir}, b.runtimeCache, &benchExec{})
 	b.direct = libcni.NewCNIConfigWithCacheDir([]string{b.binDir}, b.directCache, &benchExec{})
 	if err := b.setupThick(); err != nil {
+		return err
+	}
+	if err := b.startFloor(); err != nil {
 		return err
 	}
 	b.confs = map[string]*libcni.NetworkConfigList{}

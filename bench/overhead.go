@@ -67,6 +67,11 @@ type overheadResult struct {
 	// and ConcurrentDaemonCPUPerAddDel for the concurrentAttachments arm.
 	BaselineDaemonCPUPerAddDel   float64 `json:"thick_baseline_daemon_cpu_ms_per_add_del,omitempty"`
 	ConcurrentDaemonCPUPerAddDel float64 `json:"thick_concurrent_daemon_cpu_ms_per_add_del,omitempty"`
+	// FloorCPUPerAddDel is the same for the floor arm's process, which
+	// runs the same delegates through libcni and does nothing else
+	// (bench/floor.go): what these delegates cost a Go process at the
+	// least, beside the daemon's figure.
+	FloorCPUPerAddDel float64 `json:"floor_cpu_ms_per_add_del,omitempty"`
 }
 
 type verbSamples struct {
@@ -148,7 +153,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
 	daemonCPU := map[string]time.Duration{}
-	arms := []string{armManifold, armDirect, armThick, armThickConcurrent}
+	arms := []string{armManifold, armDirect, armThick, armThickConcurrent, armFloor}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
 	}
@@ -162,10 +167,10 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 		got := map[string][2]sample{}
 		for k := range arms {
 			arm := arms[(it+warmup+k)%len(arms)]
-			daemon := b.thickArmOf(arm)
+			pid := b.cpuPIDOf(arm)
 			var cpu0 time.Duration
-			if daemon != nil {
-				if cpu0, err = processCPU(daemon.pid); err != nil {
+			if pid != 0 {
+				if cpu0, err = processCPU(pid); err != nil {
 					return nil, err
 				}
 			}
@@ -179,8 +184,8 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 				return nil, err
 			}
 			got[arm] = [2]sample{a, d}
-			if daemon != nil && it >= 0 {
-				cpu1, err := processCPU(daemon.pid)
+			if pid != 0 && it >= 0 {
+				cpu1, err := processCPU(pid)
 				if err != nil {
 					return nil, err
 				}
@@ -212,6 +217,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	if iterations > 0 {
 		res.DaemonCPUPerAddDel = ms(daemonCPU[armThick]) / float64(iterations)
 		res.ConcurrentDaemonCPUPerAddDel = ms(daemonCPU[armThickConcurrent]) / float64(iterations)
+		res.FloorCPUPerAddDel = ms(daemonCPU[armFloor]) / float64(iterations)
 		if b.thickBase != nil {
 			res.BaselineDaemonCPUPerAddDel = ms(daemonCPU[armThickBaseline]) / float64(iterations)
 		}

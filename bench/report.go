@@ -118,8 +118,12 @@ func (r *results) printTable(w io.Writer) {
 			if o.Add.ThickBaseline != nil {
 				fmt.Fprintf(w, " (thick baseline %.1f)", o.BaselineDaemonCPUPerAddDel)
 			}
+			if o.FloorCPUPerAddDel > 0 {
+				fmt.Fprintf(w, "; floor %.1f", o.FloorCPUPerAddDel)
+			}
 			fmt.Fprintln(w)
 		}
+		fmt.Fprintf(w, "  (floor: a Go process that runs the same delegates through libcni and nothing else; bench/floor.go)\n")
 	}
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickConcurrent != nil {

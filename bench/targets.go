@@ -95,6 +95,11 @@ func printTargets(w io.Writer, shapes []*overheadResult, starts *processStarts) 
 		}
 	}
 	tw.Flush()
+	for _, o := range shapes {
+		if o.Delegates == kindReal && o.Networks == 3 && o.FloorCPUPerAddDel > 0 {
+			fmt.Fprintf(w, "The floor for the daemon's CPU: a Go process that runs the same delegates through libcni and does nothing else used %.1f ms per ADD+DEL in the same iterations (bench/floor).\n", o.FloorCPUPerAddDel)
+		}
+	}
 	if starts != nil && starts.Speedup < overlapHelps {
 		fmt.Fprintf(w, "On this machine %d process starts at once ran %.2f× as fast as one after the other (at best %d×): the targets below 1× direct need that overlap (docs/performance-history.md, change 17).\n", starts.Streams, starts.Speedup, starts.Streams)
 	}

@@ -133,6 +133,18 @@ func (b *bench) thickArmOf(arm string) *thickArm {
 	return nil
 }
 
+// cpuPIDOf is the process whose CPU time an arm's calls are measured by:
+// the daemon of a thick arm, the floor process, or 0 for the other arms.
+func (b *bench) cpuPIDOf(arm string) int {
+	if a := b.thickArmOf(arm); a != nil {
+		return a.pid
+	}
+	if arm == armFloor && b.floor != nil {
+		return b.floor.pid
+	}
+	return 0
+}
+
 // thickConfList is manifoldConfList for a thick arm: the same keys, with
 // manifold-shim as the type and the arm's daemon socket.
 func (b *bench) thickConfList(kind string, a *thickArm) (*libcni.NetworkConfigList, error) {
