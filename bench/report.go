@@ -123,7 +123,7 @@ func (r *results) printTable(w io.Writer) {
 			}
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "  (floor: a Go process that runs the same delegates through libcni and nothing else; bench/floor.go)\n")
+		fmt.Fprintf(w, "  (floor: a Go process that runs the same delegates through libcni and nothing else; bench/floor)\n")
 	}
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickConcurrent != nil {
