@@ -8,16 +8,15 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
-
+	"github.com/manifold-cni/manifold/bench/floorcall"
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // The floor arm: the direct reference's calls, made by a small process of
-// their own (bench/floor) that does nothing but run each pod's delegates
-// through libcni with libcni's own exec, as a runtime that attached every
-// network itself would. Its CPU time per ADD and DEL is what running these
+// their own (bench/floor, serving bench/floorcall's calls) that does nothing
+// but run each pod's delegates through libcni with libcni's own exec, as a
+// runtime that attached every network itself would. Its CPU time per ADD and DEL is what running these
 // delegates costs a Go process at the least; the daemon's CPU beside it is
 // the daemon's own cost on top of the delegates it runs (issue 38). The
 // direct arm cannot give this figure: its calls run in the benchmark
@@ -74,12 +73,7 @@ func (b *bench) startFloor() error {
 // floorCall runs ADD or DEL of a sandbox's networks in the floor process,
 // with the direct reference's configs.
 func (b *bench) floorCall(verb string, sb *sandbox) (sample, error) {
-	// bench/floor's call.
-	call := struct {
-		Verb  string                `json:"verb"`
-		Lists []string              `json:"lists"`
-		Confs []*libcni.RuntimeConf `json:"confs"`
-	}{Verb: verb}
+	call := floorcall.Call{Verb: verb}
 	for i := 0; i < sb.Pod.Networks; i++ {
 		call.Lists = append(call.Lists, string(b.refLists[sb.Pod.Kind][i].Bytes))
 		call.Confs = append(call.Confs, b.directConf(sb, i))
@@ -88,9 +82,7 @@ func (b *bench) floorCall(verb string, sb *sandbox) (sample, error) {
 	if err := b.floor.in.Encode(call); err != nil {
 		return sample{}, fmt.Errorf("floor process: %w", err)
 	}
-	var answer struct {
-		Error string `json:"error"`
-	}
+	var answer floorcall.Answer
 	if err := b.floor.out.Decode(&answer); err != nil {
 		return sample{}, fmt.Errorf("floor process: %w", err)
 	}

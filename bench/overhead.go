@@ -152,7 +152,9 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
-	daemonCPU := map[string]time.Duration{}
+	// cpu is the CPU time of the process behind each measured arm
+	// (cpuPIDOf), summed over the recorded iterations.
+	cpu := map[string]time.Duration{}
 	arms := []string{armManifold, armDirect, armThick, armThickConcurrent, armFloor}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
@@ -189,7 +191,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 				if err != nil {
 					return nil, err
 				}
-				daemonCPU[arm] += cpu1 - cpu0
+				cpu[arm] += cpu1 - cpu0
 			}
 		}
 		if b.watch != nil {
@@ -215,11 +217,11 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	}
 	res.Add, res.Del = add.result(), del.result()
 	if iterations > 0 {
-		res.DaemonCPUPerAddDel = ms(daemonCPU[armThick]) / float64(iterations)
-		res.ConcurrentDaemonCPUPerAddDel = ms(daemonCPU[armThickConcurrent]) / float64(iterations)
-		res.FloorCPUPerAddDel = ms(daemonCPU[armFloor]) / float64(iterations)
+		res.DaemonCPUPerAddDel = ms(cpu[armThick]) / float64(iterations)
+		res.ConcurrentDaemonCPUPerAddDel = ms(cpu[armThickConcurrent]) / float64(iterations)
+		res.FloorCPUPerAddDel = ms(cpu[armFloor]) / float64(iterations)
 		if b.thickBase != nil {
-			res.BaselineDaemonCPUPerAddDel = ms(daemonCPU[armThickBaseline]) / float64(iterations)
+			res.BaselineDaemonCPUPerAddDel = ms(cpu[armThickBaseline]) / float64(iterations)
 		}
 	}
 

@@ -1,4 +1,4 @@
-package main
+package floorcall
 
 import (
 	"bytes"
@@ -31,8 +31,8 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	netns := "/proc/self/ns/net"
-	mkCall := func(verb string, names ...string) call {
-		c := call{Verb: verb}
+	mkCall := func(verb string, names ...string) Call {
+		c := Call{Verb: verb}
 		for i, n := range names {
 			c.Lists = append(c.Lists, fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"logger"}]}`, n))
 			c.Confs = append(c.Confs, &libcni.RuntimeConf{ContainerID: "c1", NetNS: netns, IfName: fmt.Sprintf("net%d", i)})
@@ -41,7 +41,7 @@ func TestServe(t *testing.T) {
 	}
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
-	for _, c := range []call{
+	for _, c := range []Call{
 		mkCall("ADD", "a", "b", "c"),
 		mkCall("DEL", "a", "b", "c"),
 		mkCall("ADD", "a", "bad", "c"),
@@ -53,13 +53,13 @@ func TestServe(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cni := libcni.NewCNIConfigWithCacheDir([]string{dir}, filepath.Join(dir, "cache"), nil)
-	err := serve(cni, &in, &out)
+	err := Serve(cni, &in, &out)
 	if err == nil || !strings.Contains(err.Error(), "1 conflists and 0 runtime configs") {
-		t.Errorf("serve of a call without runtime configs: %v, want an error naming the counts", err)
+		t.Errorf("Serve of a call without runtime configs: %v, want an error naming the counts", err)
 	}
-	var answers []answer
+	var answers []Answer
 	for dec := json.NewDecoder(&out); dec.More(); {
-		var a answer
+		var a Answer
 		if err := dec.Decode(&a); err != nil {
 			t.Fatal(err)
 		}
