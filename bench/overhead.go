@@ -72,6 +72,11 @@ type overheadResult struct {
 	// (bench/floor.go): what these delegates cost a Go process at the
 	// least, beside the daemon's figure.
 	FloorCPUPerAddDel float64 `json:"floor_cpu_ms_per_add_del,omitempty"`
+	// DaemonMem and BaselineDaemonMem are the thick arm's daemon's and the
+	// thick baseline's resident memory at the end of the recorded
+	// iterations: what a daemon between calls holds, and its peak.
+	DaemonMem         *procMem `json:"thick_daemon_memory,omitempty"`
+	BaselineDaemonMem *procMem `json:"thick_baseline_daemon_memory,omitempty"`
 }
 
 type verbSamples struct {
@@ -222,6 +227,14 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 		res.FloorCPUPerAddDel = ms(cpu[armFloor]) / float64(iterations)
 		if b.thickBase != nil {
 			res.BaselineDaemonCPUPerAddDel = ms(cpu[armThickBaseline]) / float64(iterations)
+		}
+	}
+	if res.DaemonMem, err = processMem(b.cpuPIDOf(armThick)); err != nil {
+		return nil, err
+	}
+	if b.thickBase != nil {
+		if res.BaselineDaemonMem, err = processMem(b.cpuPIDOf(armThickBaseline)); err != nil {
+			return nil, err
 		}
 	}
 

@@ -124,6 +124,17 @@ func (r *results) printTable(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "  (floor: a Go process that runs the same delegates through libcni and nothing else; bench/floor)\n")
+		fmt.Fprintf(w, "The daemon's resident memory after the run, MiB now / peak\n")
+		for _, o := range r.Overhead {
+			if o.DaemonMem == nil {
+				continue
+			}
+			fmt.Fprintf(w, "  %s, %d nets: %s", o.Delegates, o.Networks, o.DaemonMem)
+			if o.BaselineDaemonMem != nil {
+				fmt.Fprintf(w, " (thick baseline %s)", o.BaselineDaemonMem)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 
 	if len(r.Overhead) > 0 && r.Overhead[0].Add.ThickConcurrent != nil {

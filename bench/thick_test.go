@@ -20,6 +20,24 @@ func TestParseProcCPU(t *testing.T) {
 	}
 }
 
+func TestParseProcMem(t *testing.T) {
+	status := "Name:\tmanifold-daemon\nVmPeak:\t 1300000 kB\nVmHWM:\t   52100 kB\nVmRSS:\t   41000 kB\nThreads:\t9\n"
+	got, err := parseProcMem(status)
+	if err != nil || *got != (procMem{RSSKiB: 41000, PeakKiB: 52100}) {
+		t.Errorf("parseProcMem = %+v, %v; want RSS 41000, peak 52100", got, err)
+	}
+	for _, bad := range []string{"", "VmRSS:\t41000 kB\n", "VmHWM:\t1 kB\nVmRSS:\tx kB\n", "VmHWM:\t1 kB\nVmRSS:\t41000 pages\n"} {
+		if m, err := parseProcMem(bad); err == nil {
+			t.Errorf("parseProcMem(%q) = %+v with no error", bad, m)
+		}
+	}
+	// This process: resident, and its peak at least what it holds now.
+	m, err := processMem(os.Getpid())
+	if err != nil || m.RSSKiB <= 0 || m.PeakKiB < m.RSSKiB {
+		t.Errorf("processMem(self) = %+v, %v", m, err)
+	}
+}
+
 // The figure grows while the process spins. It moves in clock ticks (10 ms),
 // and a busy machine may give the spinning goroutine little CPU, so the test
 // spins until it grows, for at most 10 s.
