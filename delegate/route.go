@@ -10,7 +10,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/manifold-cni/manifold/netconf"
@@ -64,7 +63,7 @@ func (r *Runner) applyDefaultRoute(_ context.Context, rec *scratch.Record, resul
 	if err != nil || (v4 == nil && v6 == nil) {
 		return err
 	}
-	err = ns.WithNetNSPath(rec.NetNS, func(ns.NetNS) error {
+	err = inNetNS(rec.NetNS, func() error {
 		for _, c := range []*gatewayChoice{v4, v6} {
 			if c == nil {
 				continue

@@ -26,34 +26,27 @@ import (
 //   - Each delegate gets SIGKILL from the kernel when manifold dies
 //     (Pdeathsig), SIGKILLed included: thin mode under the runtime's
 //     timeout, the daemon under the OOM killer. The kernel sends that signal
-//     when the thread that forked exits, not the process (golang/go#27505),
-//     so every delegate is forked on a spawner goroutine locked to its thread
-//     for good: that thread ends only with the process.
+//     when the thread that forked exits, not the process (golang/go#27505).
+//     The Go runtime ends a thread only when a goroutine locked to it returns
+//     without unlocking it. Nothing that manifold links does that: the one
+//     place that switches a thread's namespace (inNetNS) keeps a thread it
+//     could not bring back for good rather than let it end, and
+//     TestLinkedCodeEndsNoThread holds every LockOSThread in the binaries'
+//     packages to that. So every thread lives as long as the process, and a
+//     delegate is forked on the thread of the goroutine that starts it.
 //
 // What can still escape: once the delegate itself is gone because manifold
 // died, its own children (which do not inherit Pdeathsig) are left to the
 // node's init, since no process of manifold is left to kill their group.
 
-// maxSpawners bounds the threads that fork delegates. They are started as
-// starts overlap, so one call that starts its delegates one at a time (the
-// thin plugin's usual call) makes one; the starts of a wave of concurrent
-// attachments, and the early start beside them, need not queue behind each
-// other.
-var maxSpawners = min(max(runtime.NumCPU(), 2), 4)
-
-var (
-	spawnMu   sync.Mutex
-	spawners  int
-	spawnReqs = make(chan spawnReq)
-)
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
 // spawn starts cmd in a process group of its own, with SIGKILL as its parent
-// death signal, from a thread that lives as long as the process.
+// death signal.
+//
+// It used to fork on goroutines locked to threads of their own for good, so
+// that a thread ended by other code could not take delegates with it. Each
+// start then handed the daemon's one P to such a thread and back: 2-3 ms of
+// the daemon's CPU per ADD and DEL of a 3-network pod
+// (docs/performance-history.md, change 21).
 func spawn(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -61,33 +54,15 @@ func spawn(cmd *exec.Cmd) error {
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pgid = 0
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
-	select {
-	case spawnReqs <- r: // a spawner was idle
-	default:
-		spawnMu.Lock()
-		if spawners < maxSpawners {
-			spawners++
-			go spawnLoop()
-		}
-		spawnMu.Unlock()
-		spawnReqs <- r
-	}
-	err := <-r.done
+	// Locked for the fork alone: withChildSlack sets the slack of the thread
+	// that forks, which must be the one it puts back.
+	runtime.LockOSThread()
+	err := withChildSlack(cmd.Start)
+	runtime.UnlockOSThread()
 	if err == nil {
 		groups.add(cmd.Process.Pid)
 	}
 	return err
-}
-
-// spawnLoop forks on its own thread. It never unlocks it and never returns, so
-// the thread, and with it every delegate's parent death signal, lasts until
-// the process dies.
-func spawnLoop() {
-	runtime.LockOSThread()
-	for r := range spawnReqs {
-		r.done <- withChildSlack(r.cmd.Start)
-	}
 }
 
 // killGroup sends SIGKILL to the process group that pid leads. Call it before

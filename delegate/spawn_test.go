@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-
-	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 // hangingPlugin writes a plugin that starts a child of its own (a sleep, as a
@@ -143,46 +141,6 @@ func TestUnusedEarlyStartTakesItsGroup(t *testing.T) {
 	}
 }
 
-// TestParentDeathSignalOutlivesThreads: a delegate gets SIGKILL when
-// manifold dies, but the kernel sends it when the thread that forked exits
-// (golang/go#27505), and the Go runtime ends a thread whenever a goroutine
-// locked to it returns without unlocking, as netns code does when it cannot
-// restore a thread. Here goroutines end 200 threads while a plugin runs: a
-// plugin forked on one of those threads would be killed, one forked on the
-// spawner's threads runs on. (With Pdeathsig set on a fork from the calling
-// goroutine's thread, the plugin died in this test.)
-func TestParentDeathSignalOutlivesThreads(t *testing.T) {
-	dir := t.TempDir()
-	path, pidFile := hangingPlugin(t, dir)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		c := call(path, "ADD", "net1")
-		_, err := (&Exec{Busy: idle}).ExecPlugin(ctx, path, []byte(`{}`), c.Env)
-		done <- err
-	}()
-	pids := waitPids(t, pidFile)
-	if err := testenv.EndThreads(200); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("the plugin ended while threads ended around it: %v", err)
-	default:
-	}
-	for _, pid := range pids {
-		if !testenv.AliveUnsignalled(pid) {
-			t.Fatalf("of the plugin and its child %v, %d was killed or dies after the threads ended", pids, pid)
-		}
-	}
-	cancel()
-	<-done
-	if left := stillRunning(pids); len(left) > 0 {
-		t.Errorf("still running after the call was cancelled: %v", left)
-	}
-}
-
 // TestKillAll: the groups of the delegates still running are killed and
 // waited for (the daemon's last step at shutdown).
 func TestKillAll(t *testing.T) {
@@ -206,9 +164,9 @@ func TestKillAll(t *testing.T) {
 	}
 }
 
-// BenchmarkStart compares a delegate's start through the spawner threads
-// (its own process group, the parent death signal) with a plain start from
-// the calling goroutine, each followed by the wait for its exit.
+// BenchmarkStart compares a delegate's start with spawn (its own process
+// group, the parent death signal, the thread's slack put back for the fork)
+// with a plain start, each followed by the wait for its exit.
 func BenchmarkStart(b *testing.B) {
 	run := func(b *testing.B, start func(*exec.Cmd) error) {
 		for b.Loop() {
@@ -220,6 +178,6 @@ func BenchmarkStart(b *testing.B) {
 			groups.done(cmd.Process.Pid)
 		}
 	}
-	b.Run("spawner", func(b *testing.B) { run(b, spawn) })
+	b.Run("spawn", func(b *testing.B) { run(b, spawn) })
 	b.Run("direct", func(b *testing.B) { run(b, (*exec.Cmd).Start) })
 }
