@@ -26,22 +26,21 @@ import (
 // socket or a process's exit ends when the event comes, whatever the slack.
 //
 // The delegates are not manifold's: a process inherits the slack of the
-// thread that forked it, so a spawner thread puts the process's old slack
-// back for the time of each fork, and each plugin runs with the slack it
-// would have had if the runtime had called it.
+// thread that forked it, so spawn puts the process's old slack back on the
+// forking thread for the time of each fork, and each plugin runs with the
+// slack it would have had if the runtime had called it.
 
 // TimerSlack is the timer slack that RaiseTimerSlack gives manifold's
 // threads.
 const TimerSlack = 1_000_000 // ns
 
-// childSlack is the slack, in ns, that the spawner threads give the
-// delegates: the one the process had before RaiseTimerSlack; 0 while it has
+// childSlack is the slack, in ns, that spawn gives the delegates: the one the process had before RaiseTimerSlack; 0 while it has
 // not run. ownSlack is the process's own, RaiseTimerSlack's ns.
 var childSlack, ownSlack atomic.Int64
 
 // RaiseTimerSlack sets the timer slack of every thread of the process to ns,
-// and keeps the slack the calling thread had before for the delegates'
-// spawner threads. Threads started later inherit it from the thread that
+// and keeps the slack the calling thread had before for the delegates
+// (spawn). Threads started later inherit it from the thread that
 // starts them. The daemon calls it early in its start; the thin binary does
 // not, since it measured no gain there for the work it adds to every call's
 // start. Setting another thread's slack needs CAP_SYS_NICE; without it, the
@@ -54,8 +53,8 @@ func RaiseTimerSlack(ns int) error {
 	if err != nil {
 		return fmt.Errorf("timer slack: prctl(PR_GET_TIMERSLACK): %w", err)
 	}
-	// Before any thread changes: a spawner started from a thread already
-	// raised must still put the old slack back.
+	// Before any thread changes: a fork on a thread already raised must
+	// still put the old slack back.
 	childSlack.Store(int64(old))
 	ownSlack.Store(int64(ns))
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0); err != nil {
@@ -85,7 +84,7 @@ func RaiseTimerSlack(ns int) error {
 	return nil
 }
 
-// withChildSlack runs fork, on a spawner's locked thread, with the slack that
+// withChildSlack runs fork, on a thread locked to the caller, with the slack that
 // the delegates it forks must inherit, and gives the thread manifold's own
 // back after it.
 func withChildSlack(fork func() error) error {

@@ -98,11 +98,11 @@ func TestRaiseTimerSlackReachesEveryThread(t *testing.T) {
 	}
 }
 
-// TestDelegatesKeepTheirSlack: a process forked by a spawner thread has the
+// TestDelegatesKeepTheirSlack: a process that spawn forks has the
 // slack the process had before RaiseTimerSlack, not manifold's.
 func TestDelegatesKeepTheirSlack(t *testing.T) {
 	old := raiseForTest(t, 888_000)
-	for i := 0; i < 3; i++ { // through a spawner made before the raise or after
+	for i := 0; i < 3; i++ { // on threads made before the raise or after
 		cmd := exec.Command("cat", "/proc/self/timerslack_ns")
 		var out strings.Builder
 		cmd.Stdout = &out
