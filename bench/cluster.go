@@ -361,13 +361,8 @@ func pssBytes(pid string) int64 {
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	kib, _ := procKiB(string(b), "Pss:")
+	return kib << 10
 }
 
 // print writes the cluster section of the report.

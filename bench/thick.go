@@ -182,6 +182,11 @@ type procMem struct {
 	PeakKiB int64 `json:"peak_rss_kib"`
 }
 
+// String is the figures in MiB, "now / peak".
+func (m *procMem) String() string {
+	return fmt.Sprintf("%.1f / %.1f", float64(m.RSSKiB)/1024, float64(m.PeakKiB)/1024)
+}
+
 func processMem(pid int) (*procMem, error) {
 	if pid == 0 {
 		return nil, nil
@@ -193,29 +198,17 @@ func processMem(pid int) (*procMem, error) {
 	return parseProcMem(string(b))
 }
 
-// parseProcMem reads VmRSS and VmHWM, in kB, from the text of
-// /proc/<pid>/status.
+// parseProcMem reads VmRSS and VmHWM from the text of /proc/<pid>/status.
 func parseProcMem(status string) (*procMem, error) {
-	m := &procMem{}
-	for _, want := range []struct {
-		key string
-		to  *int64
-	}{{"VmRSS:", &m.RSSKiB}, {"VmHWM:", &m.PeakKiB}} {
-		found := false
-		for line := range strings.Lines(status) {
-			if f := strings.Fields(line); len(f) == 3 && f[0] == want.key && f[2] == "kB" {
-				n, err := strconv.ParseInt(f[1], 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("/proc status: %s %q: %w", want.key, f[1], err)
-				}
-				*want.to, found = n, true
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("/proc status: no %s line in kB", want.key)
-		}
+	rss, err := procKiB(status, "VmRSS:")
+	if err != nil {
+		return nil, err
 	}
-	return m, nil
+	peak, err := procKiB(status, "VmHWM:")
+	if err != nil {
+		return nil, err
+	}
+	return &procMem{RSSKiB: rss, PeakKiB: peak}, nil
 }
 
 // parseProcCPU reads utime and stime (in clock ticks of 1/100 s on Linux)
@@ -249,8 +242,4 @@ func hasDaemon(manifold string) bool {
 func daemonTakesNodeFlags(manifold string) bool {
 	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
 	return strings.Contains(string(out), "-bin-dir")
-}
-
-func (m *procMem) String() string {
-	return fmt.Sprintf("%.1f / %.1f", float64(m.RSSKiB)/1024, float64(m.PeakKiB)/1024)
 }
