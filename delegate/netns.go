@@ -25,7 +25,9 @@ var errThreadKept = errors.New("the thread could not go back to its own network 
 // thread ends (spawn), and the Go runtime ends the thread of a goroutine that
 // returns locked, which is what netns helpers usually do here. So the
 // goroutine then blocks for good, its thread locked to it, and the call gets
-// errThreadKept beside fn's error.
+// errThreadKept beside fn's error. The kept thread may still be in the pod's
+// namespace, which the kernel then keeps until the process ends; a setns back
+// to the namespace a thread came from does not fail in practice.
 func inNetNS(path string, fn func() error) error {
 	target, err := netns.GetFromPath(path)
 	if err != nil {
@@ -33,22 +35,26 @@ func inNetNS(path string, fn func() error) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		defer target.Close()
 		runtime.LockOSThread()
 		own, err := netns.Get()
 		if err != nil {
+			target.Close()
 			runtime.UnlockOSThread()
 			done <- fmt.Errorf("open the thread's own network namespace: %w", err)
 			return
 		}
-		defer own.Close()
 		if err := setNetNS(target); err != nil {
+			target.Close()
+			own.Close()
 			runtime.UnlockOSThread() // setns changed nothing
 			done <- fmt.Errorf("enter network namespace %s: %w", path, err)
 			return
 		}
 		ferr := fn()
-		if err := setNetNS(own); err != nil {
+		err = setNetNS(own)
+		target.Close()
+		own.Close()
+		if err != nil {
 			done <- errors.Join(ferr, fmt.Errorf("%w: %v", errThreadKept, err))
 			select {} // locked, and never returns
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -93,6 +94,7 @@ func TestInNetNSKeepsAThreadItCannotRestore(t *testing.T) {
 		}
 		return nil
 	}
+	keptBefore := keptGoroutines()
 	var s *sleeper
 	var err error
 	// Not on the main thread, which the runtime never ends (each try keeps
@@ -114,17 +116,40 @@ func TestInNetNSKeepsAThreadItCannotRestore(t *testing.T) {
 	if !errors.Is(err, errThreadKept) || s == nil {
 		t.Fatalf("inNetNS = %v (sleep started: %v), want errThreadKept", err, s != nil)
 	}
-	// An ended thread takes its delegates at once (the test above); give it
-	// two seconds all the same.
-	select {
-	case err := <-s.exited:
-		s.exited <- err
-		t.Fatalf("the delegate forked on the kept thread ended: %v", err)
-	case <-time.After(2 * time.Second):
+	// inNetNS answers before its goroutine is done. Wait until that goroutine
+	// is blocked for good (a goroutine that returned locked would have taken
+	// the delegate with its thread by then, at once: the test above).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+			t.Fatalf("the delegate forked on the kept thread ended: %v", err)
+		default:
+		}
+		if keptGoroutines() > keptBefore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no goroutine of inNetNS blocked for good 10s after it answered")
+		}
 	}
 	if !testenv.AliveUnsignalled(s.cmd.Process.Pid) {
 		t.Fatal("the delegate forked on the kept thread is dying")
 	}
+}
+
+// keptGoroutines counts the goroutines of inNetNS blocked in their select
+// with no cases.
+func keptGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "[select (no cases)") && strings.Contains(g, "delegate.inNetNS") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestInNetNS: fn runs in the namespace at path, on a thread that is back in

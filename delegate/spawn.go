@@ -43,12 +43,8 @@ import (
 var forkMu sync.Mutex
 
 // spawn starts cmd in a process group of its own, with SIGKILL as its parent
-// death signal.
-//
-// It used to fork on goroutines locked to threads of their own for good, so
-// that a thread ended by other code could not take delegates with it. Each
-// start then handed the daemon's one P to such a thread and back: 2-3 ms of
-// the daemon's CPU per ADD and DEL of a 3-network pod
+// death signal, on the calling goroutine's thread: handing each start to a
+// thread kept for forks cost the daemon's one P a switch there and back
 // (docs/performance-history.md, change 21).
 func spawn(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
@@ -59,11 +55,10 @@ func spawn(cmd *exec.Cmd) error {
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	// Locked for the fork alone: withChildSlack sets the slack of the thread
 	// that forks, which must be the one it puts back. One fork at a time (Go
-	// takes syscall.ForkLock for each anyway), and forkMu is taken before the
-	// thread is locked: a locked goroutine that waits has its thread wait
-	// with it, and hands the P over and back when it wakes. In a storm of
-	// calls, waiting for the fork lock while locked made every waiting caller
-	// a thread of its own, and the 100-pod storm took 183 s instead of 103.
+	// holds syscall.ForkLock through each anyway), and forkMu is taken before
+	// the thread is locked: a locked goroutine that waits keeps its thread
+	// waiting with it, and a storm of calls would make each waiting caller a
+	// thread of its own.
 	forkMu.Lock()
 	runtime.LockOSThread()
 	err := withChildSlack(cmd.Start)

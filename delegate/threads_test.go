@@ -9,8 +9,10 @@ import (
 	"testing"
 )
 
-// lockAudit holds every package linked into manifold's binaries that calls
-// runtime.LockOSThread, with the number of calls, each read for one thing: no
+// lockAudit holds every package outside the standard library linked into
+// manifold's binaries that calls runtime.LockOSThread (the standard library
+// calls it on Linux only in the runtime, which never returns locked), with
+// the number of calls, each read for one thing: no
 // goroutine returns with its thread locked. The Go runtime ends the thread of
 // a goroutine that does, and the kernel then kills every delegate forked on
 // that thread (TestThreadEndKillsItsDelegates), since spawn forks on any

@@ -34,8 +34,9 @@ import (
 // threads.
 const TimerSlack = 1_000_000 // ns
 
-// childSlack is the slack, in ns, that spawn gives the delegates: the one the process had before RaiseTimerSlack; 0 while it has
-// not run. ownSlack is the process's own, RaiseTimerSlack's ns.
+// childSlack is the slack, in ns, that spawn gives the delegates: the one
+// the process had before RaiseTimerSlack; 0 while it has not run. ownSlack is
+// the process's own, RaiseTimerSlack's ns.
 var childSlack, ownSlack atomic.Int64
 
 // RaiseTimerSlack sets the timer slack of every thread of the process to ns,
@@ -84,9 +85,9 @@ func RaiseTimerSlack(ns int) error {
 	return nil
 }
 
-// withChildSlack runs fork, on a thread locked to the caller, with the slack that
-// the delegates it forks must inherit, and gives the thread manifold's own
-// back after it.
+// withChildSlack runs fork, on a thread locked to the caller, with the slack
+// that the delegates it forks must inherit, and gives the thread manifold's
+// own back after it.
 func withChildSlack(fork func() error) error {
 	child, own := childSlack.Load(), ownSlack.Load()
 	if child <= 0 {

@@ -24,7 +24,9 @@ import (
 )
 
 func init() {
-	// As in the plugin: namespace switches happen on the current OS thread.
+	// Nothing needs this any more (delegate.inNetNS enters a pod's netns on a
+	// goroutine of its own); unlocking it measured no gain (docs/performance.md,
+	// "Not done").
 	runtime.LockOSThread()
 }
 

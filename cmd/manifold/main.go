@@ -18,8 +18,10 @@ import (
 )
 
 func init() {
-	// Namespace switches (default-route changes) happen on the current OS thread;
-	// pinning main's thread keeps the Go runtime from moving us off it.
+	// Nothing needs main's goroutine on the main thread any more (the
+	// default-route change enters the pod's netns on a goroutine of its own,
+	// delegate.inNetNS); unlocking it in the daemon measured no gain
+	// (docs/performance.md, "Not done"), so the plugin was left as it was.
 	runtime.LockOSThread()
 }
 
