@@ -66,9 +66,10 @@ type bench struct {
 	// calls the delegates themselves (the reference). All three use benchExec.
 	runtime, shimRuntime, direct *libcni.CNIConfig
 	baseRuntime                  *libcni.CNIConfig
-	// thick is thick mode's daemon and shim (bench/thick.go); thickBase the
-	// same with -baseline and -baseline-shim, or nil.
-	thick, thickBase *thickArm
+	// thick is thick mode's daemon and shim (bench/thick.go); thickConc the
+	// same for the concurrentAttachments arm; thickBase the same with
+	// -baseline and -baseline-shim, or nil.
+	thick, thickConc, thickBase *thickArm
 	// floor is the floor arm's process (bench/floor.go).
 	floor                     *floorArm
 	baseline                  string // the baseline manifold binary, or ""
@@ -178,7 +179,10 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 		if b.confs[armThick+"/"+kind], err = b.thickConfList(kind, b.thick); err != nil {
 			return err
 		}
-		if b.confs[armThickConcurrent+"/"+kind], err = withKeys(b.confs[armThick+"/"+kind], map[string]any{"concurrentAttachments": true}); err != nil {
+		if b.confs[armThickConcurrent+"/"+kind], err = b.thickConfList(kind, b.thickConc); err != nil {
+			return err
+		}
+		if b.confs[armThickConcurrent+"/"+kind], err = withKeys(b.confs[armThickConcurrent+"/"+kind], map[string]any{"concurrentAttachments": true}); err != nil {
 			return err
 		}
 		if b.thickBase != nil {

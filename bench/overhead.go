@@ -157,9 +157,6 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
 	var add, del verbSamples
-	// cpu is the CPU time of the process behind each measured arm
-	// (cpuPIDOf), summed over the recorded iterations.
-	cpu := map[string]time.Duration{}
 	arms := []string{armManifold, armDirect, armThick, armThickConcurrent, armFloor}
 	if b.baseline != "" {
 		arms = append(arms, armBaseline)
@@ -167,20 +164,19 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	if b.thickBase != nil {
 		arms = append(arms, armThickBaseline)
 	}
+	var cpu *overheadCPU
 	for it := -warmup; it < iterations; it++ {
 		if err := b.ctx.Err(); err != nil {
 			return nil, err
 		}
+		if it == 0 {
+			if cpu, err = b.startOverheadCPU(arms); err != nil {
+				return nil, err
+			}
+		}
 		got := map[string][2]sample{}
 		for k := range arms {
 			arm := arms[(it+warmup+k)%len(arms)]
-			pid := b.cpuPIDOf(arm)
-			var cpu0 time.Duration
-			if pid != 0 {
-				if cpu0, err = processCPU(pid); err != nil {
-					return nil, err
-				}
-			}
 			if fresh {
 				if err := b.touchPod(pod); err != nil {
 					return nil, err
@@ -191,13 +187,6 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 				return nil, err
 			}
 			got[arm] = [2]sample{a, d}
-			if pid != 0 && it >= 0 {
-				cpu1, err := processCPU(pid)
-				if err != nil {
-					return nil, err
-				}
-				cpu[arm] += cpu1 - cpu0
-			}
 		}
 		if b.watch != nil {
 			b.watch.pruneRoot()
@@ -221,12 +210,17 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 		}
 	}
 	res.Add, res.Del = add.result(), del.result()
-	if iterations > 0 {
-		res.DaemonCPUPerAddDel = ms(cpu[armThick]) / float64(iterations)
-		res.ConcurrentDaemonCPUPerAddDel = ms(cpu[armThickConcurrent]) / float64(iterations)
-		res.FloorCPUPerAddDel = ms(cpu[armFloor]) / float64(iterations)
+	if cpu != nil {
+		used, err := cpu.stop()
+		if err != nil {
+			return nil, err
+		}
+		perCall := func(arm string) float64 { return ms(used[arm]) / float64(iterations) }
+		res.DaemonCPUPerAddDel = perCall(armThick)
+		res.ConcurrentDaemonCPUPerAddDel = perCall(armThickConcurrent)
+		res.FloorCPUPerAddDel = perCall(armFloor)
 		if b.thickBase != nil {
-			res.BaselineDaemonCPUPerAddDel = ms(cpu[armThickBaseline]) / float64(iterations)
+			res.BaselineDaemonCPUPerAddDel = perCall(armThickBaseline)
 		}
 	}
 	if res.DaemonMem, err = processMem(b.cpuPIDOf(armThick)); err != nil {

@@ -112,7 +112,7 @@ func (r *results) printTable(w io.Writer) {
 		pairTable(w, r.Overhead, "thick", "manifold", func(r verbResult) (dist, float64, dist, float64) {
 			return *r.Thick, r.ThickRatioP50, r.Manifold, r.RatioP50
 		})
-		fmt.Fprintf(w, "\nThe daemon's CPU time per ADD and DEL (user and system, all threads; mean, ms)\n")
+		fmt.Fprintf(w, "\nThe daemon's CPU time per ADD and DEL (user and system, all threads, over the recorded iterations and the work put off after them; mean, ms)\n")
 		for _, o := range r.Overhead {
 			fmt.Fprintf(w, "  %s, %d nets: %.1f", o.Delegates, o.Networks, o.DaemonCPUPerAddDel)
 			if o.Add.ThickBaseline != nil {

@@ -27,8 +27,9 @@ const armThick = "thick"
 const armThickBaseline = "thick-baseline"
 
 // armThickConcurrent is armThick with concurrentAttachments on: the same
-// daemon and shim, a config that attaches independent extra networks at once
-// (docs/configuration.md).
+// binaries, a config that attaches independent extra networks at once
+// (docs/configuration.md), and a daemon of its own, so that each daemon's CPU
+// over the run is that of one arm's calls (overheadCPU).
 const armThickConcurrent = "thick-concurrent"
 
 // thickArm is one daemon and the bin dir whose manifold-shim calls it.
@@ -57,6 +58,9 @@ func (b *bench) setupThick() error {
 	}
 	var err error
 	if b.thick, err = b.startThickArm("thick", b.manifold, shim); err != nil {
+		return err
+	}
+	if b.thickConc, err = b.startThickArm("thick-concurrent", b.manifold, shim); err != nil {
 		return err
 	}
 	if b.baseline == "" && b.baselineShim == "" {
@@ -99,7 +103,7 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 	if daemonTakesNodeFlags(manifold) {
 		flags = []string{"--bin-dir", a.dir, "--cni-dir", b.cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}
 	}
-	// MANIFOLD_BENCH_DAEMON_FLAGS adds flags to both daemons, to measure
+	// MANIFOLD_BENCH_DAEMON_FLAGS adds flags to all the daemons, to measure
 	// them as a node runs them: "--node-name <benchNode>" turns hot-plug's
 	// pod watch on for the bench's pods (docs/performance.md).
 	flags = append(flags, strings.Fields(os.Getenv("MANIFOLD_BENCH_DAEMON_FLAGS"))...)
@@ -125,8 +129,10 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 // thickArmOf is the daemon behind a thick arm, or nil for other arms.
 func (b *bench) thickArmOf(arm string) *thickArm {
 	switch arm {
-	case armThick, armThickConcurrent:
+	case armThick:
 		return b.thick
+	case armThickConcurrent:
+		return b.thickConc
 	case armThickBaseline:
 		return b.thickBase
 	}
@@ -242,4 +248,57 @@ func hasDaemon(manifold string) bool {
 func daemonTakesNodeFlags(manifold string) bool {
 	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
 	return strings.Contains(string(out), "-bin-dir")
+}
+
+// settleCPU is how long the overhead section waits, before and after its
+// recorded iterations, for the work that the processes it measures put off
+// after a call (the daemon reaps its delegates up to 350 ms after their
+// exit: delegate/reaplater.go), so that the CPU read covers the recorded
+// calls' work and no other.
+const settleCPU = time.Second
+
+// overheadCPU is the CPU time that the process behind each measured arm
+// (cpuPIDOf) uses over the recorded iterations. Each such arm has a process
+// of its own, so the process's CPU from the first recorded iteration to the
+// last, with the work it put off after its last call, is that arm's; its
+// time between its calls, while the other arms run, is counted too. A
+// window around each call would miss what the process does after it
+// answers, or charge it to the next arm.
+type overheadCPU struct {
+	pids  map[string]int
+	start map[string]time.Duration
+}
+
+// startOverheadCPU waits settleCPU for the warm-up's put-off work, then
+// reads the CPU time of each of arms' processes.
+func (b *bench) startOverheadCPU(arms []string) (*overheadCPU, error) {
+	time.Sleep(settleCPU)
+	c := &overheadCPU{pids: map[string]int{}, start: map[string]time.Duration{}}
+	for _, arm := range arms {
+		pid := b.cpuPIDOf(arm)
+		if pid == 0 {
+			continue
+		}
+		used, err := processCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		c.pids[arm], c.start[arm] = pid, used
+	}
+	return c, nil
+}
+
+// stop waits settleCPU and returns the CPU time each arm's process used
+// since startOverheadCPU.
+func (c *overheadCPU) stop() (map[string]time.Duration, error) {
+	time.Sleep(settleCPU)
+	used := map[string]time.Duration{}
+	for arm, pid := range c.pids {
+		now, err := processCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		used[arm] = now - c.start[arm]
+	}
+	return used, nil
 }
