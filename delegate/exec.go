@@ -55,17 +55,18 @@ type Exec struct {
 	// started early then (nil: cpuBusy).
 	Busy func() bool
 	// ReapLater answers a plugin's call as soon as it has exited and its
-	// output is read, and reaps the process reapDelay later, off the call's
-	// path: reaped at once, a plugin that looked at its threads in /proc
-	// (as the CNI ns package does) costs its reaper 1.5-2.5 ms of CPU, most
-	// of it spent waiting on the plugin's own exiting threads
+	// output is read, and reaps the process reapDelay to reapDelay+reapBatch
+	// later, off the call's path, with the other plugins due by then, on one
+	// timer (reaplater.go): reaped at once, a plugin that looked at its
+	// threads in /proc (as the CNI ns package does) costs its reaper 1.5-2.5
+	// ms of CPU, most of it spent waiting on the plugin's own exiting threads
 	// (docs/performance-history.md, change 18). The node daemon and the
 	// binary both set it.
 	ReapLater bool
 	// KeepPending keeps the reapers of the processes that ReapLater
 	// answered, for ReapPending. The binary sets it and calls ReapPending
 	// before it exits, so that it leaves no exited child to the node's init;
-	// the daemon leaves each process to its timer.
+	// the daemon leaves each process to the timer.
 	KeepPending bool
 
 	mu   sync.Mutex
@@ -162,7 +163,7 @@ func (e *Exec) Close() {
 }
 
 // ReapPending reaps, now, every process of this Exec's calls that ReapLater
-// left to its timer and that the timer has not reaped yet; without
+// left to the reap timer and that the timer has not reaped yet; without
 // KeepPending there are none. The binary calls
 // it at the end of its call, before it exits: by then all but the last
 // delegate have long finished their exit, so their reap is cheap, and no

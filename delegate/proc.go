@@ -195,8 +195,8 @@ func (p *proc) kill() {
 // falls back to Wait alone.
 //
 // With reapLater, the exit status is read without reaping, and the process
-// is reaped reapDelay later (Exec.ReapLater); until then it is a zombie,
-// which holds its pid and so its process group's id.
+// is reaped later, in a batch with others (queueReap); until then it is a
+// zombie, which holds its pid and so its process group's id.
 func (p *proc) wait(reapLater bool) error {
 	var status error
 	reaped := true
@@ -212,20 +212,11 @@ func (p *proc) wait(reapLater bool) error {
 	}
 	p.awaitOutput()
 	if !reaped {
-		// The timer holds the reaper alone, not the process's output.
-		r := p.reaper
-		time.AfterFunc(reapDelay, func() { r.reap() })
+		// The queue holds the reaper alone, not the process's output.
+		queueReap(p.reaper)
 	}
 	return status
 }
-
-// reapDelay is how long after a plugin's exit ReapLater reaps it: by then
-// the plugin's threads have finished their own exit, which a reap at once
-// waits for, spinning (docs/performance-history.md, change 18). Those threads
-// run late on a busy node: at a load of 8 on 2 CPUs, a reap 5 ms after the
-// exit still cost 0.8-1.6 ms, one 50 ms after it 0.1-0.3 ms. A zombie holds
-// only its pid and its task until then.
-var reapDelay = 100 * time.Millisecond // a var for tests only
 
 // reap reaps the process, once, and returns its exit as exec.Cmd.Wait does.
 func (p *proc) reap() error { return p.reaper.reap() }

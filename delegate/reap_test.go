@@ -102,7 +102,10 @@ func TestReapLaterAnswersThenReaps(t *testing.T) {
 func TestReapPendingLeavesNoZombie(t *testing.T) {
 	saved := reapDelay
 	reapDelay = time.Hour
-	t.Cleanup(func() { reapDelay = saved })
+	t.Cleanup(func() {
+		flushLateReaps()
+		reapDelay = saved
+	})
 	dir := t.TempDir()
 	pids := filepath.Join(dir, "pids")
 	ok := scriptPlugin(t, dir, "ok", "echo $$ >> "+pids, "")
@@ -146,4 +149,86 @@ func TestReapPendingLeavesNoZombie(t *testing.T) {
 		}
 	}
 	e.ReapPending() // nothing left: a no-op
+}
+
+// The reaps that ReapLater puts off go together: plugins that exit some ms
+// apart, as a pod's delegates do, are reaped by one run of the queue's timer,
+// each at least reapDelay after its exit, and the queue is left empty, its
+// timer gone. One timer for each plugin would have reaped them one by one.
+func TestLateReapsGoTogether(t *testing.T) {
+	flushLateReaps() // what earlier tests queued
+	savedDelay, savedBatch := reapDelay, reapBatch
+	// A batch long enough for the three calls below on a loaded machine.
+	reapDelay, reapBatch = 100*time.Millisecond, 2*time.Second
+	type ran struct {
+		reaped   int
+		youngest time.Duration
+	}
+	runs := make(chan ran, 10)
+	setReapRan(func(reaped int, youngest time.Duration) { runs <- ran{reaped, youngest} })
+	t.Cleanup(func() {
+		setReapRan(nil)
+		flushLateReaps()
+		reapDelay, reapBatch = savedDelay, savedBatch
+	})
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	ok := scriptPlugin(t, dir, "ok", "echo $$ >> "+pids, "")
+	e := &Exec{ReapLater: true, Busy: idle}
+	for _, ifname := range []string{"eth0", "net1", "net2"} {
+		run(t, e, call(ok, "ADD", ifname), "config")
+	}
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(string(b))); n != 3 {
+		t.Fatalf("%d plugins ran, want 3", n)
+	}
+	select {
+	case r := <-runs:
+		if r.reaped != 3 {
+			t.Errorf("the first run of the reap timer reaped %d plugins, want all 3", r.reaped)
+		}
+		if r.youngest < reapDelay {
+			t.Errorf("a plugin was reaped %s after its exit, want %s at least", r.youngest, reapDelay)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reap timer did not run within 20s")
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); !errors.Is(err, unix.ECHILD) {
+			t.Errorf("plugin process %d after the reap timer ran: waitid = %v (signo %d), want ECHILD: not reaped", pid, err, info.Signo)
+		}
+	}
+	lateReaps.Lock()
+	left, timer := len(lateReaps.queue), lateReaps.timer
+	lateReaps.Unlock()
+	if left != 0 || timer != nil {
+		t.Errorf("after the run, %d reaps queued and a timer of %v, want none", left, timer)
+	}
+}
+
+func setReapRan(f func(reaped int, youngest time.Duration)) {
+	lateReaps.Lock()
+	reapRan = f
+	lateReaps.Unlock()
+}
+
+// flushLateReaps reaps every queued plugin now and stops the queue's timer,
+// so that a test that set the delays leaves none for the next.
+func flushLateReaps() {
+	lateReaps.Lock()
+	q := lateReaps.queue
+	lateReaps.queue = nil
+	if lateReaps.timer != nil {
+		lateReaps.timer.Stop()
+		lateReaps.timer = nil
+	}
+	lateReaps.Unlock()
+	for _, l := range q {
+		l.r.reap()
+	}
 }
