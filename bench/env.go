@@ -179,10 +179,11 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 		if b.confs[armThick+"/"+kind], err = b.thickConfList(kind, b.thick); err != nil {
 			return err
 		}
-		if b.confs[armThickConcurrent+"/"+kind], err = b.thickConfList(kind, b.thickConc); err != nil {
+		conc, err := b.thickConfList(kind, b.thickConc)
+		if err != nil {
 			return err
 		}
-		if b.confs[armThickConcurrent+"/"+kind], err = withKeys(b.confs[armThickConcurrent+"/"+kind], map[string]any{"concurrentAttachments": true}); err != nil {
+		if b.confs[armThickConcurrent+"/"+kind], err = withKeys(conc, map[string]any{"concurrentAttachments": true}); err != nil {
 			return err
 		}
 		if b.thickBase != nil {

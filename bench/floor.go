@@ -17,10 +17,11 @@ import (
 // their own (bench/floor, serving bench/floorcall's calls) that does nothing
 // but run each pod's delegates through libcni with libcni's own exec, as a
 // runtime that attached every network itself would. Its CPU time per ADD and
-// DEL is what running these delegates costs a Go process at the least; the daemon's CPU beside it is
-// the daemon's own cost on top of the delegates it runs (issue 38). The
-// direct arm cannot give this figure: its calls run in the benchmark
-// process, whose process-event watch handles every process the node starts.
+// DEL is what running these delegates costs a Go process at the least; the
+// daemon's CPU beside it is the daemon's own cost on top of the delegates it
+// runs (issue 38). The direct arm cannot give this figure: its calls run in
+// the benchmark process, whose process-event watch handles every process the
+// node starts.
 
 // floorArm is the running floor process.
 type floorArm struct {
