@@ -51,43 +51,39 @@ func (e *Exec) startProc(p *proc) error {
 		cmd.Dir = "/"
 	}
 	p.stdout.max, p.stderr.max = MaxPluginStdout, MaxPluginStderr
-	// The output pipes are this package's own, not os/exec's, so that the
-	// output can be read to its end without reaping the process (ReapLater).
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return err
+	// The pipes are this package's own, not os/exec's: the output can be
+	// read to its end without reaping the process (ReapLater), and each
+	// pipe costs fewer system calls (pipes.go).
+	var ends [6]*os.File // this process's end and the child's, of stdin, stdout, stderr
+	var err error
+	for i := 0; i < 3 && err == nil; i++ {
+		ends[2*i], ends[2*i+1], err = pipe(i > 0)
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	stdin, err := cmd.StdinPipe()
 	if err == nil {
-		if err = spawn(cmd); err != nil {
-			stdin.Close()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = ends[1], ends[3], ends[5]
+		err = spawn(cmd)
+	}
+	// The child has its own copies of its ends.
+	for i := 1; i < 6; i += 2 {
+		if ends[i] != nil {
+			ends[i].Close()
 		}
 	}
-	// The child has its own copies of the write ends.
-	outW.Close()
-	errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		for i := 0; i < 6; i += 2 {
+			if ends[i] != nil {
+				ends[i].Close()
+			}
+		}
 		return err
 	}
+	stdin, outR, errR := ends[0], ends[2], ends[4]
 	p.outR, p.errR, p.output = outR, errR, make(chan struct{}, 2)
 	go p.readOutput(outR, &p.stdout)
 	go p.readOutput(errR, &p.stderr)
 	// The process is ours and not yet reaped, so its pid cannot have been
-	// reused. This pidfd is a file of its own: making it non-blocking does
-	// not touch the one os.Process waits on.
-	p.pidfd = -1
-	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
-		p.pidfd = fd
-	}
+	// reused. This pidfd is a file of its own: os.Process waits on another.
+	p.pidfd = openPidfd(cmd.Process.Pid)
 	p.cmd, p.stdin, p.reaper = cmd, stdin, &reaper{cmd: cmd}
 	return nil
 }
@@ -278,14 +274,11 @@ func exitStatus(info unix.Siginfo) error {
 	return fmt.Errorf("plugin ended with siginfo code %d, status %d", info.Code, status)
 }
 
-// awaitExit returns once the process of pidfd has exited, leaving it to be
-// reaped, with its siginfo (ok), or as soon as an error makes waiting on the
-// pidfd impossible (then Wait blocks as usual). It closes pidfd.
+// awaitExit returns once the process of pidfd (non-blocking: openPidfd) has
+// exited, leaving it to be reaped, with its siginfo (ok), or as soon as an
+// error makes waiting on the pidfd impossible (then Wait blocks as usual).
+// It closes pidfd.
 func awaitExit(pidfd int) (info unix.Siginfo, ok bool) {
-	if err := unix.SetNonblock(pidfd, true); err != nil {
-		unix.Close(pidfd)
-		return info, false
-	}
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()

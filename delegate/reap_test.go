@@ -23,11 +23,11 @@ func TestExitStatusReadsAsWait(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-		if err != nil {
+		pidfd := openPidfd(cmd.Process.Pid)
+		if pidfd < 0 {
 			cmd.Process.Kill()
 			cmd.Wait()
-			t.Fatal(err)
+			t.Fatal("no pidfd for the process")
 		}
 		info, ok := awaitExit(pidfd)
 		got := exitStatus(info)

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
@@ -25,9 +23,9 @@ func TestAwaitExitLeavesTheExitToWait(t *testing.T) {
 			cmd.Wait()
 		}
 	})
-	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-	if err != nil {
-		t.Fatal(err)
+	pidfd := openPidfd(cmd.Process.Pid)
+	if pidfd < 0 {
+		t.Fatal("no pidfd for the process")
 	}
 	awaitExit(pidfd)
 	if state := procState(t, cmd.Process.Pid); state != "Z" {
