@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
@@ -249,9 +250,37 @@ func (e *Exec) startNextLocked() {
 // ahead of other pods' delegates. On the 2-CPU benchmark machine, one pod at a
 // time keeps at most about 11 tasks runnable, and 20 pods started at once
 // 20 to 40 (docs/performance-history.md, change 7).
+//
+// The file is opened once and read again with pread, which makes procfs
+// write it anew: an open of it cost more than the read (two early starts per
+// pod, each with an open, the Go runtime's four fcntl and one epoll_ctl for
+// it, an fstat, two reads and a close; docs/performance-history.md, change
+// 23).
 func cpuBusy() bool {
-	b, err := os.ReadFile("/proc/loadavg")
-	return err == nil && busyFrom(string(b), runtime.NumCPU())
+	text, ok := readLoadavg()
+	return ok && busyFrom(text, runtime.NumCPU())
+}
+
+// readLoadavg returns what /proc/loadavg says now.
+func readLoadavg() (string, bool) {
+	loadavg.once.Do(func() {
+		loadavg.fd = -1
+		if fd, err := unix.Open("/proc/loadavg", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			loadavg.fd = fd
+		}
+	})
+	if loadavg.fd < 0 {
+		return "", false
+	}
+	var b [128]byte
+	n, err := unix.Pread(loadavg.fd, b[:], 0)
+	return string(b[:max(n, 0)]), err == nil
+}
+
+// loadavg is /proc/loadavg, open for cpuBusy from its first call on.
+var loadavg struct {
+	once sync.Once
+	fd   int
 }
 
 // busyPerCPU is how many runnable tasks per CPU make a node busy.
