@@ -5,7 +5,6 @@ package delegate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -205,18 +204,6 @@ func (r *Runner) calls(cmd string, rec *scratch.Record, atts []*netconf.Attachme
 		}
 	}
 	return calls
-}
-
-// confList parses an attachment's stored conflist for libcni.
-func confList(att *netconf.Attachment) (*libcni.NetworkConfigList, error) {
-	list, err := libcni.NetworkConfFromBytes(att.Config)
-	if err != nil {
-		return nil, fmt.Errorf("parse config of network %s: %w", att.DisplayName(), err)
-	}
-	if len(list.Plugins) == 0 {
-		return nil, fmt.Errorf("parse config of network %s: no plugins", att.DisplayName())
-	}
-	return list, nil
 }
 
 // isNodeNetNS reports whether path is this process's own network namespace:
