@@ -352,6 +352,22 @@ func TestLocksOpenOnlyRegularFiles(t *testing.T) {
 	}
 }
 
+// A FIFO left at a record's path reads as a damaged record; it does not
+// block the open until someone writes it (with os.Open, Load and LoadSummary
+// waited for a writer that never came).
+func TestRecordPathFIFODoesNotBlock(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	if err := syscall.Mkfifo(s.Path("fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Load("fifo"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Load of a FIFO = %v, %v; want ErrCorrupt", r, err)
+	}
+	if sum, err := s.LoadSummary("fifo"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("LoadSummary of a FIFO = %v, %v; want ErrCorrupt", sum, err)
+	}
+}
+
 // BenchmarkSweepLocks is a sweep on a node with 100 pods: 100 records and
 // their lock files, nothing to remove (go test ./scratch -bench SweepLocks).
 func BenchmarkSweepLocks(b *testing.B) {

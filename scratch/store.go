@@ -95,7 +95,7 @@ func (s *Store) Load(containerID string) (*Record, error) {
 		return nil, err
 	}
 	path := s.Path(containerID)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // see syncDir
+	f, err := openRead(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -155,14 +155,20 @@ func (s *Store) List() ([]string, error) {
 	return ids, nil
 }
 
+// openRead opens a record, or the store's directory, for reading. It opens
+// with O_NONBLOCK, which a regular file or a directory ignores: os.OpenFile
+// then leaves the descriptor's flags alone, where without it Go sets
+// O_NONBLOCK, tries the netpoller, and clears the flag again, four fcntl
+// calls per open (docs/performance-history.md, change 23). Something else
+// left at a record's path (a FIFO) reads as empty instead of blocking the
+// open.
+func openRead(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
 // syncDir makes dir's entries durable.
-//
-// It and Load open with O_NONBLOCK, which a directory or a regular file
-// ignores: os.OpenFile then leaves the descriptor's flags alone, where
-// without it Go sets O_NONBLOCK, tries the netpoller, and clears the flag
-// again, four fcntl calls per open (docs/performance-history.md, change 23).
 func syncDir(dir string) error {
-	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	d, err := openRead(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -65,7 +64,7 @@ func (s *Store) LoadSummary(containerID string) (*Summary, error) {
 	if err := ValidateContainerID(containerID); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(s.Path(containerID))
+	f, err := openRead(s.Path(containerID))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
