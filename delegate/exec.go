@@ -88,19 +88,24 @@ var _ invoke.Exec = (*Exec)(nil)
 // Call is one expected plugin run: what libcni will pass to ExecPlugin.
 type Call struct {
 	Path string
-	Env  []string
+	Env  []string // in any order
+	// sorted is Env sorted (sortedEnv), set when the call is planned.
+	sorted []string
 }
 
-// equal compares the environments as sets: libcni builds them through a map,
-// so the order differs from one build to the next.
-func (c Call) equal(path string, env []string) bool {
-	if c.Path != path || len(c.Env) != len(env) {
-		return false
+// withSorted returns c with its sorted environment set.
+func (c Call) withSorted() Call {
+	if c.sorted == nil {
+		c.sorted = sortedEnv(c.Env)
 	}
-	a, b := slices.Clone(c.Env), slices.Clone(env)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
+	return c
+}
+
+// equal compares the environments as sets (sorted is the call's environment
+// sortedEnv'd): libcni builds them through a map, so the order differs from
+// one build to the next.
+func (c Call) equal(path string, sorted []string) bool {
+	return c.Path == path && slices.Equal(c.sorted, sorted)
 }
 
 // PrestartStats counts what became of started processes.
@@ -132,9 +137,12 @@ func (e *Exec) expect(calls []Call, anyOrder bool) {
 		return
 	}
 	e.mu.Lock()
-	e.plan, e.anyOrder = slices.Clone(calls), anyOrder
+	e.plan, e.anyOrder = make([]Call, len(calls)), anyOrder
+	for i, c := range calls {
+		e.plan[i] = c.withSorted()
+	}
 	var stale *proc
-	if e.next != nil && e.planIndexLocked(e.next.call.Path, e.next.call.Env) < 0 {
+	if e.next != nil && e.planIndexLocked(e.next.call.Path, e.next.call.sorted) < 0 {
 		stale, e.next = e.next, nil
 		stale.guard.Stop()
 		e.stats.Discarded++
@@ -144,11 +152,12 @@ func (e *Exec) expect(calls []Call, anyOrder bool) {
 	stale.kill()
 }
 
-// planIndexLocked is the position in plan of the call (path, env) as the
-// plan expects it: in order, only plan[0]; in any order, any; -1 if none.
-func (e *Exec) planIndexLocked(path string, env []string) int {
+// planIndexLocked is the position in plan of the call (path, and its
+// environment sorted) as the plan expects it: in order, only plan[0]; in any
+// order, any; -1 if none.
+func (e *Exec) planIndexLocked(path string, sorted []string) int {
 	for i, c := range e.plan {
-		if c.equal(path, env) {
+		if c.equal(path, sorted) {
 			return i
 		}
 		if !e.anyOrder {
@@ -304,9 +313,10 @@ func busyFrom(loadavg string, ncpu int) bool {
 // process waiting for another call is returned as stale. In any order, the
 // waiting process serves only its own call, and waits for it otherwise.
 func (e *Exec) take(path string, env []string) (mine, stale *proc) {
+	sorted := sortedEnv(env)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	i := e.planIndexLocked(path, env)
+	i := e.planIndexLocked(path, sorted)
 	switch {
 	case i >= 0:
 		e.plan = slices.Delete(e.plan, i, i+1)
@@ -314,7 +324,7 @@ func (e *Exec) take(path string, env []string) (mine, stale *proc) {
 		e.plan = nil
 	}
 	p := e.next
-	if p == nil || (e.anyOrder && !p.call.equal(path, env)) {
+	if p == nil || (e.anyOrder && !p.call.equal(path, sorted)) {
 		return nil, nil
 	}
 	e.next = nil

@@ -179,14 +179,14 @@ func (r *Runner) calls(cmd string, rec *scratch.Record, atts []*netconf.Attachme
 			return calls
 		}
 		rt := runtimeConf(rec, att) // Del has already blanked a netns that is gone
-		env := (&invoke.Args{
+		env := planEnv(&invoke.Args{
 			Command:     cmd,
 			ContainerID: rt.ContainerID,
 			NetNS:       rt.NetNS,
 			PluginArgs:  rt.Args,
 			IfName:      rt.IfName,
 			Path:        strings.Join(cfg.Path, string(os.PathListSeparator)),
-		}).AsEnv()
+		})
 		plugins := list.Plugins
 		if cmd == "DEL" {
 			plugins = slices.Clone(plugins)
@@ -200,7 +200,7 @@ func (r *Runner) calls(cmd string, rec *scratch.Record, atts []*netconf.Attachme
 			if err != nil {
 				return calls
 			}
-			calls = append(calls, Call{Path: path, Env: env})
+			calls = append(calls, Call{Path: path, Env: env, sorted: env})
 		}
 	}
 	return calls
