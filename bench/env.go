@@ -71,8 +71,11 @@ type bench struct {
 	// -baseline and -baseline-shim, or nil.
 	thick, thickConc, thickBase *thickArm
 	// floor is the floor arm's process (bench/floor.go).
-	floor                     *floorArm
-	baseline                  string // the baseline manifold binary, or ""
+	floor    *floorArm
+	baseline string // the baseline manifold binary, or ""
+	// delPause is the overhead section's pause between an ADD and its DEL
+	// (-del-pause).
+	delPause                  time.Duration
 	baselineShim              string // the baseline manifold-shim binary, or ""
 	runtimeCache, directCache string
 	// confs is manifold's config list by arm+"/"+kind; refLists the

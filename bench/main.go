@@ -54,6 +54,9 @@ type settings struct {
 	// kinds and nets narrow the overhead section to some delegate sets and
 	// network counts.
 	kinds, nets string
+	// delPause is how long the overhead section waits between each ADD and
+	// its DEL.
+	delPause time.Duration
 }
 
 func main() {
@@ -82,6 +85,7 @@ func main() {
 	flag.IntVar(&s.webhookAdmissions, "n-webhook", 200, "creates per object kind and arm (with and without the webhook) of the webhook section")
 	flag.StringVar(&s.kinds, "kinds", kindReal+","+kindNoop, "delegate sets of the overhead section (real, noop)")
 	flag.StringVar(&s.nets, "nets", "1,3,8", "network counts of the overhead section")
+	flag.DurationVar(&s.delPause, "del-pause", 0, "pause between each ADD of the overhead section and its DEL; 0: the DEL right after the ADD, which also meets what the daemon's ADD put off (its status write and events)")
 	flag.StringVar(&s.only, "only", "", "comma-separated sections to run (startup,overhead,fresh,api,concurrency,scale,hotplug,updates,devices,dra,webhook,cluster,runtime); default all")
 	flag.Parse()
 	// The binaries are linked into bin dirs elsewhere, so relative paths
@@ -98,7 +102,7 @@ func main() {
 	}
 	if *quick {
 		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets, webhookAdmissions: 20, runtimes: s.runtimes}
+			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets, webhookAdmissions: 20, runtimes: s.runtimes, delPause: s.delPause}
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -137,7 +141,7 @@ func run(s settings, out string) (err error) {
 		res.Meta.Kernel = utsString(uts.Release[:])
 	}
 
-	b := &bench{ctx: ctx, baseline: s.baseline, baselineShim: s.baselineShim}
+	b := &bench{ctx: ctx, baseline: s.baseline, baselineShim: s.baselineShim, delPause: s.delPause}
 	defer b.cleanup()
 	if b.watch, err = startProcWatch(); err != nil {
 		logf("no kernel process events (%v): manifold's own time will not be reported", err)

@@ -45,11 +45,14 @@ type verbResult struct {
 
 // overheadResult is one delegate set and network count.
 type overheadResult struct {
-	Delegates  string     `json:"delegates"`
-	Networks   int        `json:"networks"`
-	Iterations int        `json:"iterations"`
-	Add        verbResult `json:"add"`
-	Del        verbResult `json:"del"`
+	Delegates  string `json:"delegates"`
+	Networks   int    `json:"networks"`
+	Iterations int    `json:"iterations"`
+	// DelPause is -del-pause, when it is set: each DEL came that long after
+	// its ADD.
+	DelPause string     `json:"del_pause,omitempty"`
+	Add      verbResult `json:"add"`
+	Del      verbResult `json:"del"`
 	// PeakRSSKiB is the median and largest peak RSS of manifold ADD processes
 	// started through the shim; DelegatePeakRSSKiB the largest of any
 	// delegate. manifold's figure covers its delegates too (ru_maxrss), so it
@@ -156,6 +159,9 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 		return nil, err
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
+	if b.delPause > 0 {
+		res.DelPause = b.delPause.String()
+	}
 	var add, del verbSamples
 	arms := []string{armManifold, armDirect, armThick, armThickConcurrent, armFloor}
 	if b.baseline != "" {
@@ -257,6 +263,7 @@ func (b *bench) addDel(arm string, pod *podSpec, netns string) (sample, sample, 
 		_, _ = b.del(b.ctx, arm, sb)
 		return a, sample{}, err
 	}
+	time.Sleep(b.delPause) // -del-pause; 0 by default
 	d, err := b.del(b.ctx, arm, sb)
 	return a, d, err
 }

@@ -84,6 +84,9 @@ func (r *results) printTable(w io.Writer) {
 
 	if len(r.Overhead) > 0 {
 		fmt.Fprintf(w, "\nTime per call, ms, p50 / p99 (arms interleaved; direct = the same delegates called by the runtime itself)\n")
+		if p := r.Overhead[0].DelPause; p != "" {
+			fmt.Fprintf(w, "(-del-pause: each DEL came %s after its ADD)\n", p)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "delegates\tnets\tverb\tn\tmanifold\tdirect\tratio p50\toverhead p50\tmanifold own\t\t")
 		for _, v := range verbRows(r.Overhead) {
