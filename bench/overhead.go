@@ -159,8 +159,11 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 		return nil, err
 	}
 	res := &overheadResult{Delegates: kind, Networks: networks, Iterations: iterations}
-	if b.delPause > 0 {
-		res.DelPause = b.delPause.String()
+	// -del-pause is the overhead section's, not the fresh pods'.
+	var pause time.Duration
+	if !fresh && b.delPause > 0 {
+		pause = b.delPause
+		res.DelPause = pause.String()
 	}
 	var add, del verbSamples
 	arms := []string{armManifold, armDirect, armThick, armThickConcurrent, armFloor}
@@ -188,7 +191,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 					return nil, err
 				}
 			}
-			a, d, err := b.addDel(arm, pod, netns.Path())
+			a, d, err := b.addDel(arm, pod, netns.Path(), pause)
 			if err != nil {
 				return nil, err
 			}
@@ -240,7 +243,7 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 
 	var rss []int64
 	for i := 0; i < rssRuns; i++ {
-		a, _, err := b.addDel(armShim, pod, netns.Path())
+		a, _, err := b.addDel(armShim, pod, netns.Path(), 0)
 		if err != nil {
 			return nil, err
 		}
@@ -254,16 +257,16 @@ func (b *bench) overhead(kind string, networks, iterations, warmup, rssRuns int,
 	return res, nil
 }
 
-// addDel runs ADD then DEL of a fresh sandbox of pod in one arm. A failed ADD
-// is cleaned up with a DEL before the error is returned.
-func (b *bench) addDel(arm string, pod *podSpec, netns string) (sample, sample, error) {
+// addDel runs ADD then, pause later, DEL of a fresh sandbox of pod in one
+// arm. A failed ADD is cleaned up with a DEL before the error is returned.
+func (b *bench) addDel(arm string, pod *podSpec, netns string, pause time.Duration) (sample, sample, error) {
 	sb := b.newSandbox(pod, netns)
 	a, err := b.add(b.ctx, arm, sb)
 	if err != nil {
 		_, _ = b.del(b.ctx, arm, sb)
 		return a, sample{}, err
 	}
-	time.Sleep(b.delPause) // -del-pause; 0 by default
+	time.Sleep(pause)
 	d, err := b.del(b.ctx, arm, sb)
 	return a, d, err
 }

@@ -104,10 +104,10 @@ func (b *bench) scale(cycles int, kind string, networks int) (*scaleResult, erro
 		var a, d, ra sample
 		for k := 0; k < 2; k++ {
 			if (i+k)%2 == 0 {
-				if a, d, err = b.addDel(armManifold, p, netns.Path()); err != nil {
+				if a, d, err = b.addDel(armManifold, p, netns.Path(), 0); err != nil {
 					return nil, fmt.Errorf("cycle %d: %w", i, err)
 				}
-			} else if ra, _, err = b.addDel(armDirect, p, netns.Path()); err != nil {
+			} else if ra, _, err = b.addDel(armDirect, p, netns.Path(), 0); err != nil {
 				return nil, fmt.Errorf("cycle %d (reference): %w", i, err)
 			}
 		}

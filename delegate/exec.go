@@ -313,9 +313,12 @@ func busyFrom(loadavg string, ncpu int) bool {
 // process waiting for another call is returned as stale. In any order, the
 // waiting process serves only its own call, and waits for it otherwise.
 func (e *Exec) take(path string, env []string) (mine, stale *proc) {
-	sorted := sortedEnv(env)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.plan) == 0 && e.next == nil {
+		return nil, nil // nothing planned: no environment to compare
+	}
+	sorted := sortedEnv(env)
 	i := e.planIndexLocked(path, sorted)
 	switch {
 	case i >= 0:
