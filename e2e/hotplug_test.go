@@ -227,7 +227,9 @@ func TestHotplugAddRemoveSwap(t *testing.T) {
 	if got := e.recorded(box); !slices.Equal(got, []string{"eth0", "net1", "net2"}) {
 		t.Errorf("record after the add holds %v", got)
 	}
-	if got := e.metric("manifold_daemon_hotplug_operations_total", `operation="attach"`, `result="ok"`); got != attached+1 {
+	// The counter goes up when the reconcile returns, after its status write
+	// and its event, which the waits above saw.
+	if got := e.waitMetric(attached+1, "manifold_daemon_hotplug_operations_total", `operation="attach"`, `result="ok"`); got != attached+1 {
 		t.Errorf("attach ok = %v after a hot-plug, want %v", got, attached+1)
 	}
 	if got := e.metric("manifold_daemon_api_requests_total", `kind="pod_watch"`, `result="ok"`); got < 1 {
@@ -391,6 +393,20 @@ func TestHotplugDelRightAfterChange(t *testing.T) {
 	// A hot-plug still on its way finds no record, and leaves nothing.
 	e.waitHandled(before + 1)
 	e.checkNothingLeft(box)
+}
+
+// waitMetric polls a sample of the daemon's metrics until it is at least
+// want, for at most hotplugWait, and returns its last value.
+func (e *hotplugEnv) waitMetric(want float64, name string, labels ...string) float64 {
+	e.t.Helper()
+	deadline := time.Now().Add(hotplugWait)
+	for {
+		got := e.metric(name, labels...)
+		if got >= want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // handled is how many pods the daemon's hot-plug workers were done with,
