@@ -194,19 +194,21 @@ func TestWebhookRefusesBadObjects(t *testing.T) {
 	good := map[string]string{netconf.AnnotNetworks: "net-a@data, net-b"}
 
 	wantRefused(t, "a meta-plugin NAD", w.createNAD("nested", metaPluginNAD, false),
-		"NetworkAttachmentDefinition "+w.ns+"/nested", "spec.config", `plugin 0 type "multus" is a meta-plugin`)
+		"manifold refuses NetworkAttachmentDefinition "+w.ns+"/nested: the ADD of every pod that asks for network "+w.ns+"/nested would fail with CNI code 7",
+		"spec.config", `network `+w.ns+`/nested: plugin 0 type "multus" is a meta-plugin`)
 	if err := w.createNAD("good", `{"cniVersion":"1.0.0","type":"macvlan","master":"eth0"}`, false); err != nil {
 		t.Errorf("good NAD: %v", err)
 	}
 	_, err := k8s.CoreV1().Pods(w.ns).Create(ctx, pod(w.ns, "bad", dup), metav1.CreateOptions{})
 	wantRefused(t, "a pod with an interface name twice", err,
-		"Pod "+w.ns+"/bad", "metadata.annotations[k8s.v1.cni.cncf.io/networks]", `interface name "data" is already taken by network `+w.ns+"/net-a")
+		"manifold refuses Pod "+w.ns+"/bad: its ADD would fail with CNI code 7", "metadata.annotations[k8s.v1.cni.cncf.io/networks]",
+		"pod "+w.ns+"/bad: network "+w.ns+`/net-b: interface name "data" is already taken by network `+w.ns+"/net-a")
 	if _, err := k8s.CoreV1().Pods(w.ns).Create(ctx, pod(w.ns, "good", good), metav1.CreateOptions{}); err != nil {
 		t.Errorf("good pod: %v", err)
 	}
 	_, err = k8s.AppsV1().Deployments(w.ns).Create(ctx, deployment(w.ns, "bad", map[string]string{netconf.AnnotDefaultNetwork: "a, b"}), metav1.CreateOptions{})
 	wantRefused(t, "a Deployment whose pods name two default networks", err,
-		"Deployment "+w.ns+"/bad", "spec.template.metadata.annotations[v1.multus-cni.io/default-network]", "it must name exactly one")
+		"manifold refuses Deployment "+w.ns+"/bad: the ADD of each of its pods would fail with CNI code 7", "spec.template.metadata.annotations[v1.multus-cni.io/default-network]", "it must name exactly one")
 	if _, err := k8s.AppsV1().Deployments(w.ns).Create(ctx, deployment(w.ns, "good", good), metav1.CreateOptions{}); err != nil {
 		t.Errorf("good Deployment: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifold-cni/manifold/admission"
+	"github.com/manifold-cni/manifold/k8sclient"
 )
 
 // maxReviewBytes bounds a request body: the API server sends objects of at
@@ -83,17 +84,55 @@ func Review(req *admissionv1.AdmissionRequest, opts admission.Options) *admissio
 	return resp
 }
 
-// denial is the message a user sees at kubectl apply.
+// denial is the message a user sees at kubectl apply. It names each object
+// it refuses and says what ADD would do with it, in ADD's own words: the
+// pods that the object would fail, and each problem's field, value and
+// rule, the rule as ADD's code-7 error gives it (a NAD's rule names its
+// network as ADD does, "network ns/name: ..."; a pod's is prefixed with
+// "pod ns/name: ", as ADD prefixes its error).
 func denial(ps []admission.Problem) string {
-	var lines []string
+	var objects []string
+	byObject := map[string][]string{}
 	for i, p := range ps {
 		if i == maxProblems {
-			lines = append(lines, fmt.Sprintf("and %d more", len(ps)-i))
+			last := objects[len(objects)-1]
+			byObject[last] = append(byObject[last], fmt.Sprintf("and %d more", len(ps)-i))
 			break
 		}
-		lines = append(lines, p.String())
+		if _, ok := byObject[p.Object]; !ok {
+			objects = append(objects, p.Object)
+		}
+		byObject[p.Object] = append(byObject[p.Object], problemAtADD(p))
 	}
-	return "manifold: the pod's networks would fail at ADD (CNI code 7): " + strings.Join(lines, "; ")
+	var out []string
+	for _, o := range objects {
+		out = append(out, "manifold refuses "+o+": "+outcome(o)+": "+strings.Join(byObject[o], "; "))
+	}
+	return strings.Join(out, "; and ")
+}
+
+// outcome says which pods' ADD the object would fail. object is
+// admission's "Kind ns/name".
+func outcome(object string) string {
+	kind, ref, _ := strings.Cut(object, " ")
+	switch kind {
+	case k8sclient.NADKind:
+		return "the ADD of every pod that asks for network " + ref + " would fail with CNI code 7"
+	case "Pod":
+		return "its ADD would fail with CNI code 7"
+	default:
+		return "the ADD of each of its pods would fail with CNI code 7"
+	}
+}
+
+// problemAtADD is one problem: the field, its value, and the rule as ADD
+// would word it.
+func problemAtADD(p admission.Problem) string {
+	rule := p.Rule
+	if kind, ref, _ := strings.Cut(p.Object, " "); kind == "Pod" && !strings.HasPrefix(rule, "pod "+ref+": ") {
+		rule = "pod " + ref + ": " + rule
+	}
+	return fmt.Sprintf("%s %q: %s", p.Field, p.Value, rule)
 }
 
 // newProblems is the problems of the request's object that its old object

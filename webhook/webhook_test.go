@@ -117,7 +117,7 @@ func TestWebhookOverTLS(t *testing.T) {
 	bad := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"template":{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"net-a@data, net-b@data"}}}}}`
 	r := reviewAt(t, now, url, bundle, admissionv1.Create, "apps", bad)
 	if r.Allowed || r.Result == nil || r.Result.Code != 422 ||
-		!strings.Contains(r.Result.Message, `Deployment apps/web: spec.template.metadata.annotations[k8s.v1.cni.cncf.io/networks] "net-a@data, net-b@data": network apps/net-b: interface name "data" is already taken by network apps/net-a`) {
+		!strings.Contains(r.Result.Message, `manifold refuses Deployment apps/web: the ADD of each of its pods would fail with CNI code 7: spec.template.metadata.annotations[k8s.v1.cni.cncf.io/networks] "net-a@data, net-b@data": network apps/net-b: interface name "data" is already taken by network apps/net-a`) {
 		t.Errorf("bad Deployment: %+v %+v", r, r.Result)
 	}
 	good := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"k8s.v1.cni.cncf.io/networks":"net-a@data"}}}`

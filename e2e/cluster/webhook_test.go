@@ -54,12 +54,13 @@ func TestWebhook(t *testing.T) {
 
 	// Refused at kubectl apply, with the object, the field and the rule.
 	e.wantApplyRefused("a NAD that nests a meta-plugin", badNAD(e.ns),
-		"nads.manifold-cni.github.io", "NetworkAttachmentDefinition "+e.ns+"/nested", "spec.config", `plugin 0 type "multus" is a meta-plugin`)
+		"nads.manifold-cni.github.io", "manifold refuses NetworkAttachmentDefinition "+e.ns+"/nested: the ADD of every pod that asks for network "+e.ns+"/nested would fail with CNI code 7",
+		"spec.config", `network `+e.ns+`/nested: plugin 0 type "multus" is a meta-plugin`)
 	e.wantApplyRefused("a pod that asks for one interface name twice", testPod(e.ns, "bad-pod", "blue@data, green@data"),
-		"workloads.manifold-cni.github.io", "Pod "+e.ns+"/bad-pod", "metadata.annotations[k8s.v1.cni.cncf.io/networks]",
-		`interface name "data" is already taken by network `+e.ns+"/blue")
+		"workloads.manifold-cni.github.io", "manifold refuses Pod "+e.ns+"/bad-pod: its ADD would fail with CNI code 7", "metadata.annotations[k8s.v1.cni.cncf.io/networks]",
+		"pod "+e.ns+"/bad-pod: network "+e.ns+`/green: interface name "data" is already taken by network `+e.ns+"/blue")
 	e.wantApplyRefused("a Deployment whose pods name two default networks", testDeployment(e.ns, "bad-deploy", "v1.multus-cni.io/default-network", "a, b"),
-		"workloads.manifold-cni.github.io", "Deployment "+e.ns+"/bad-deploy",
+		"workloads.manifold-cni.github.io", "manifold refuses Deployment "+e.ns+"/bad-deploy: the ADD of each of its pods would fail with CNI code 7",
 		"spec.template.metadata.annotations[v1.multus-cni.io/default-network]", "it must name exactly one")
 
 	// Good ones pass, and the good pod runs with its networks.
