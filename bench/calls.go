@@ -196,3 +196,17 @@ func (b *bench) shimPeaks(verb string) (manifold, delegates int64, err error) {
 	}
 	return manifold, delegates, nil
 }
+
+// addDel runs ADD then, pause later, DEL of a fresh sandbox of pod in one
+// arm. A failed ADD is cleaned up with a DEL before the error is returned.
+func (b *bench) addDel(arm string, pod *podSpec, netns string, pause time.Duration) (sample, sample, error) {
+	sb := b.newSandbox(pod, netns)
+	a, err := b.add(b.ctx, arm, sb)
+	if err != nil {
+		_, _ = b.del(b.ctx, arm, sb)
+		return a, sample{}, err
+	}
+	time.Sleep(pause)
+	d, err := b.del(b.ctx, arm, sb)
+	return a, d, err
+}

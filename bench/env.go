@@ -86,6 +86,9 @@ type bench struct {
 	runID string
 	seq   atomic.Int64
 
+	// meta is the run's description, which the overhead section adds to.
+	meta *meta
+
 	// watch follows process lifetimes; nil when the kernel's process events
 	// connector is not available (then own times are not reported).
 	watch *procWatch
@@ -206,44 +209,38 @@ func (b *bench) setup(manifoldBin, pluginsDir string, bins controlplane.Binaries
 }
 
 // buildManifold builds the plugin as `make build` does, when MANIFOLD_BIN is
-// not set.
+// not set, and beside it manifold-daemon, which `manifold daemon` runs.
 func (b *bench) buildManifold() (string, error) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
+	logf("building manifold")
+	out := filepath.Join(b.dir, "manifold-build")
+	if err := b.goBuild(out, "./cmd/manifold", "-ldflags", "-s -w"); err != nil {
 		return "", err
 	}
-	out := filepath.Join(b.dir, "manifold-build")
-	logf("building manifold")
-	cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./cmd/manifold")
+	return out, b.goBuild(filepath.Join(b.dir, "manifold-daemon"), "./cmd/manifold-daemon", "-ldflags", "-s -w")
+}
+
+// goBuild builds the repository's package pkg into out, static.
+func (b *bench) goBuild(out, pkg string, flags ...string) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(b.ctx, "go", append(append([]string{"build", "-trimpath"}, flags...), "-o", out, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build manifold: %w: %s", err, msg)
+		return fmt.Errorf("build %s: %w: %s", pkg, err, msg)
 	}
-	// `manifold daemon` runs manifold-daemon from the same directory.
-	cmd = exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(b.dir, "manifold-daemon"), "./cmd/manifold-daemon")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build manifold-daemon: %w: %s", err, msg)
-	}
-	return out, nil
+	return nil
 }
 
 // fillBinDirs links every plugin and manifold into binDir, and builds the shim
 // dir: the same links, except that manifold and each delegate type are copies
 // of the shim, whose real binary sits in .real/.
 func (b *bench) fillBinDirs() error {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
 	shimBin := filepath.Join(b.dir, "shim")
-	cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-o", shimBin, "./bench/shim")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build shim: %w: %s", err, msg)
+	if err := b.goBuild(shimBin, "./bench/shim"); err != nil {
+		return err
 	}
 	entries, err := os.ReadDir(b.plugins)
 	if err != nil {
@@ -423,15 +420,29 @@ func (b *bench) networks() error {
 		}
 		for i := 1; i < maxNetworks; i++ {
 			n := b.networkDef(kind, i)
-			obj, err := nadv1.New(namespace, n.Name, n.Conf).ToUnstructured()
-			if err != nil {
+			if err := b.createNAD(namespace, n.Name, n.Conf, nil, false); err != nil {
 				return err
 			}
-			_, err = b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace).Create(b.ctx, obj, metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("create NAD %s: %w", n.Name, err)
-			}
 		}
+	}
+	return nil
+}
+
+// createNAD creates a NAD (a dry run with dryRun) with annotations.
+func (b *bench) createNAD(ns, name, config string, annotations map[string]string, dryRun bool) error {
+	obj, err := nadv1.New(ns, name, config).ToUnstructured()
+	if err != nil {
+		return err
+	}
+	obj.SetAnnotations(annotations)
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if _, err = b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(ns).Create(ctx, obj, opts); err != nil {
+		return fmt.Errorf("create NAD %s: %w", name, err)
 	}
 	return nil
 }
@@ -564,4 +575,15 @@ func listFiles(dir string) ([]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// trial is an interleaved measurement of arms in the bench's context, which
+// forgets the finished processes of the reference arm after each iteration.
+func (b *bench) trial(arms []string, warmup, n int) trial {
+	return trial{ctx: b.ctx, arms: arms, warmup: warmup, n: n, after: func(int) error {
+		if b.watch != nil {
+			b.watch.pruneRoot()
+		}
+		return nil
+	}}
 }
