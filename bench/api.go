@@ -139,9 +139,9 @@ func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) 
 		return nil, err
 	}
 	for i, sb := range sbs {
-		if _, err := b.add(b.ctx, arm, sb); err != nil {
+		if _, err := b.call(b.ctx, arm, "ADD", sb); err != nil {
 			for _, done := range sbs[:i+1] {
-				_, _ = b.del(b.ctx, arm, done)
+				_, _ = b.call(b.ctx, arm, "DEL", done)
 			}
 			return nil, err
 		}
@@ -164,7 +164,7 @@ func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) 
 		m1 = m
 	}
 	for _, sb := range sbs {
-		if _, err := b.del(b.ctx, arm, sb); err != nil {
+		if _, err := b.call(b.ctx, arm, "DEL", sb); err != nil {
 			return nil, err
 		}
 	}

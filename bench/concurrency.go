@@ -33,9 +33,9 @@ func runConcurrency(b *bench, s settings, r *report) error {
 			sbs[i] = b.newSandbox(pods[i], netnss[i].Path())
 		}
 		start := time.Now()
-		addErr := concurrent(sbs, func(sb *sandbox) error { s, err := b.add(b.ctx, arm, sb); rec("ADD", s.Wall); return err })
+		addErr := concurrent(sbs, func(sb *sandbox) error { s, err := b.call(b.ctx, arm, "ADD", sb); rec("ADD", s.Wall); return err })
 		rec("round", time.Since(start))
-		delErr := concurrent(sbs, func(sb *sandbox) error { s, err := b.del(b.ctx, arm, sb); rec("DEL", s.Wall); return err })
+		delErr := concurrent(sbs, func(sb *sandbox) error { s, err := b.call(b.ctx, arm, "DEL", sb); rec("DEL", s.Wall); return err })
 		return errors.Join(addErr, delErr)
 	})
 	if err != nil {

@@ -139,12 +139,13 @@ type benchMode struct {
 // pods[false], whose network draws none, in an order that turns; calls
 // counts the kubelet's calls so far. It reports them as section.
 func (b *bench) withWithout(r *report, section string, iterations, warmup int, pods map[bool]*podSpec, modes []benchMode, calls func() int, title, note string) error {
-	var arms []string
-	cases := map[string]struct {
+	type devCase struct {
 		benchMode
 		pod   *podSpec
 		netns string
-	}{}
+	}
+	var arms []string
+	cases := map[string]devCase{}
 	for _, m := range modes {
 		for _, with := range []bool{true, false} {
 			ns, err := b.newNetNS()
@@ -152,11 +153,7 @@ func (b *bench) withWithout(r *report, section string, iterations, warmup int, p
 				return err
 			}
 			arm := m.name + map[bool]string{true: " with", false: " without"}[with]
-			arms, cases[arm] = append(arms, arm), struct {
-				benchMode
-				pod   *podSpec
-				netns string
-			}{m, pods[with], ns.Path()}
+			arms, cases[arm] = append(arms, arm), devCase{m, pods[with], ns.Path()}
 		}
 	}
 	logf("%s: thin and thick, a network with and without a device, %d iterations", section, iterations)
@@ -164,21 +161,20 @@ func (b *bench) withWithout(r *report, section string, iterations, warmup int, p
 	st, err := b.trial(arms, warmup, iterations).run(func(it int, arm string, rec record) error {
 		c := cases[arm]
 		sb := b.newSandbox(c.pod, c.netns)
-		rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
 		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 		defer cancel()
 		before := calls()
 		start := time.Now()
-		_, err := c.rt.AddNetworkList(ctx, c.conf, rc)
+		err := cniCall(ctx, c.rt, c.conf, "ADD", sb)
 		rec("", time.Since(start))
 		if it >= warmup {
 			kubelet[arm] += calls() - before
 		}
 		if err == nil {
-			err = c.rt.DelNetworkList(ctx, c.conf, rc)
+			err = cniCall(ctx, c.rt, c.conf, "DEL", sb)
 		}
 		if err != nil {
-			return fmt.Errorf("%s ADD/DEL of %s: %w", c.name, sb.Pod.Obj.Name, err)
+			return fmt.Errorf("%s: %w", c.name, err)
 		}
 		return nil
 	})

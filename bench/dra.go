@@ -112,23 +112,16 @@ func (b *bench) draClaim(name string) (*resourcev1.ResourceClaim, error) {
 // createClaimPod is createPod's pod with claim podClaim naming rc, which is
 // then reserved for it.
 func (b *bench) createClaimPod(name, podClaim string, rc *resourcev1.ResourceClaim) (*podSpec, error) {
+	p, err := b.createPodWith(name, kindReal, nil, corev1.PodResourceClaim{Name: podClaim, ResourceClaimName: &rc.Name})
+	if err != nil {
+		return nil, err
+	}
+	p.Networks = 1
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	claimName := rc.Name
-	p, err := b.k8s.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: corev1.PodSpec{
-			NodeName:       benchNode,
-			ResourceClaims: []corev1.PodResourceClaim{{Name: podClaim, ResourceClaimName: &claimName}},
-			Containers:     []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("create pod %s: %w", name, err)
-	}
-	rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
+	rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Obj.Name, UID: p.Obj.UID}}
 	if _, err := b.k8s.ResourceV1().ResourceClaims(namespace).UpdateStatus(ctx, rc, metav1.UpdateOptions{}); err != nil {
 		return nil, fmt.Errorf("reserve ResourceClaim %s: %w", rc.Name, err)
 	}
-	return &podSpec{Kind: kindReal, Networks: 1, Obj: p}, nil
+	return p, nil
 }

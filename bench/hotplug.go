@@ -145,17 +145,7 @@ func (b *bench) thickCall(arm *thickArm, conf *libcni.NetworkConfigList, verb st
 func (b *bench) thickCallWithin(arm *thickArm, conf *libcni.NetworkConfigList, verb string, sb *sandbox, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
-	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
-	var err error
-	if verb == "ADD" {
-		_, err = arm.runtime.AddNetworkList(ctx, conf, rc)
-	} else {
-		err = arm.runtime.DelNetworkList(ctx, conf, rc)
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s of pod %s: %w", verb, sb.ContainerID, sb.Pod.Obj.Name, err)
-	}
-	return nil
+	return cniCall(ctx, arm.runtime, conf, verb, sb)
 }
 
 // setNetworks sets the pod's networks annotation, as a user would.

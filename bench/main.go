@@ -35,28 +35,14 @@ import (
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 )
 
+// settings are the flags: iterations per section, which sections and
+// shapes run, and the baselines.
 type settings struct {
-	iterations, noopIterations, warmup int
-	freshIterations                    int
-	apiCalls                           int
-	rssRuns                            int
-	versionRuns                        int
-	concPods, concRounds               int
-	scaleCycles                        int
-	runtimeRounds                      int
-	runtimes                           string
-	clusterRounds, stormPods           int
-	only                               string
-	baseline, baselineShim             string
-	hotplugRounds, deviceIterations    int
-	updates                            int
-	webhookAdmissions                  int
-	// kinds and nets narrow the overhead section to some delegate sets and
-	// network counts.
-	kinds, nets string
-	// delPause is how long the overhead section waits between each ADD and
-	// its DEL.
-	delPause time.Duration
+	iterations, noopIterations, warmup, freshIterations, apiCalls, rssRuns, versionRuns int
+	concPods, concRounds, scaleCycles, runtimeRounds, clusterRounds, stormPods          int
+	hotplugRounds, deviceIterations, updates, webhookAdmissions                         int
+	runtimes, only, baseline, baselineShim, kinds, nets                                 string
+	delPause                                                                            time.Duration
 }
 
 func main() {
