@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -138,5 +139,21 @@ func TestReportOrder(t *testing.T) {
 	r.print(&out)
 	if want := "header\noverhead\nstartup\nruntime\n"; out.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// An arm's work may record from many goroutines at once (the concurrency
+// section's pods): every figure is kept.
+func TestTrialRecordsConcurrently(t *testing.T) {
+	s, err := trial{arms: []string{"a", "b"}, n: 3}.run(func(it int, arm string, rec record) error {
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { rec("ADD", time.Millisecond) })
+		}
+		wg.Wait()
+		return nil
+	})
+	if err != nil || len(s["a/ADD"]) != 60 || len(s["b/ADD"]) != 60 {
+		t.Errorf("%d and %d figures (%v), want 60 each", len(s["a/ADD"]), len(s["b/ADD"]), err)
 	}
 }
