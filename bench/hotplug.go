@@ -32,7 +32,7 @@ const (
 )
 
 // runHotplug measures rounds interleaved rounds per delegate set. Each
-// round hot-plugs network 1 of the set into a running pod that has only its
+// round hot-plugs network 1 of the set into a running pod of its own that has only its
 // default network, detaches it again, and ADDs (then DELs) a pod that has
 // the same network from the start; the two go first in turn.
 func runHotplug(b *bench, s settings, r *report) error {
@@ -74,10 +74,6 @@ func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup i
 		return nil, err
 	}
 	nad := netName(kind, 1)
-	running, err := b.createPod("hotplug-running-"+kind, kind, 1)
-	if err != nil {
-		return nil, err
-	}
 	fresh, err := b.createPod("hotplug-fresh-"+kind, kind, 2)
 	if err != nil {
 		return nil, err
@@ -93,18 +89,24 @@ func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup i
 	without := []string{"eth0"}
 	with := []string{"eth0", "net1"}
 
-	sbRunning := b.newSandbox(running, nsRunning.Path())
-	if err := b.thickCall(arm, conf, "ADD", sbRunning); err != nil {
-		return nil, err
-	}
-	defer b.thickCall(arm, conf, "DEL", sbRunning)
-	if _, err := b.timeToStatus(running, without, func() error { return nil }); err != nil {
-		return nil, fmt.Errorf("the running pod's status: %w", err)
-	}
-
 	t := b.trial([]string{"hot", "fresh"}, warmup, rounds)
-	return t.run(func(_ int, step string, rec record) error {
+	return t.run(func(it int, step string, rec record) error {
 		if step == "hot" {
+			// A running pod of its own each round: the daemon makes a pod
+			// whose networks keep changing wait longer between changes
+			// (daemon/churn.go), and one hot-plug is what is measured.
+			running, err := b.createPod(fmt.Sprintf("hotplug-running-%s-%d", kind, it), kind, 1)
+			if err != nil {
+				return err
+			}
+			sb := b.newSandbox(running, nsRunning.Path())
+			if err := b.thickCall(arm, conf, "ADD", sb); err != nil {
+				return err
+			}
+			defer b.thickCall(arm, conf, "DEL", sb)
+			if _, err := b.timeToStatus(running, without, func() error { return nil }); err != nil {
+				return fmt.Errorf("the running pod's status: %w", err)
+			}
 			d, err := b.timeToStatus(running, with, func() error { return b.setNetworks(running, nad) })
 			if err != nil {
 				return fmt.Errorf("hot-plug: %w", err)
