@@ -10,24 +10,54 @@ import (
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 )
 
-// apiResult is the API load of one pod shape, per call.
-type apiResult struct {
-	// Arm is manifold (thin) or thick (shim and daemon).
-	Arm      string `json:"arm"`
-	Networks int    `json:"networks"`
-	Calls    int    `json:"calls"`
-	// OlderRuntime: the runtime did not pass the pod's annotations.
-	OlderRuntime bool `json:"older_runtime,omitempty"`
-	// PerAdd and PerDel count requests per call by "VERB resource[/subresource]",
-	// from kube-apiserver's apiserver_request_total, for the resources manifold
-	// touches (pods, NADs, events), and the API server's etcd requests for
-	// them by "etcd:operation resource" (etcd_requests_total).
-	PerAdd map[string]float64 `json:"per_add"`
-	PerDel map[string]float64 `json:"per_del"`
-	// Background is what the API server counted on other resources over the
-	// same windows (its own controllers, leases): not manifold's.
-	BackgroundAdd map[string]float64 `json:"background_during_add,omitempty"`
-	BackgroundDel map[string]float64 `json:"background_during_del,omitempty"`
+// runAPI counts the API requests per ADD and per DEL of noop pods of 1, 3
+// and 8 networks, in thin and thick mode, and in thin mode with a runtime
+// that passes no pod annotations.
+func runAPI(b *bench, s settings, r *report) error {
+	var all []*apiLoad
+	var rows []string
+	for _, run := range []struct {
+		arm   string
+		older bool
+	}{{armManifold, false}, {armThick, false}, {armManifold, true}} {
+		for _, n := range []int{1, 3, 8} {
+			label := run.arm
+			if run.older {
+				label += "-older-runtime"
+			}
+			logf("API requests: %s, %d networks, %d ADDs and DELs", label, n, s.apiCalls)
+			pod, err := b.createPod(fmt.Sprintf("api-%s-%d", label, n), kindNoop, n)
+			if err != nil {
+				return err
+			}
+			a, err := b.apiLoad(run.arm, pod, s.apiCalls, run.older)
+			if err != nil {
+				return fmt.Errorf("%s %d: %w", label, n, err)
+			}
+			arm := run.arm
+			if run.older {
+				arm += " (runtime passes no pod annotations)"
+			}
+			all = append(all, a)
+			rows = append(rows, fmt.Sprintf("%s\t%d\t%d\t%s\t%s", arm, n, s.apiCalls, formatCounts(a.perAdd), formatCounts(a.perDel)))
+		}
+	}
+	r.set("api_requests", all)
+	w := r.out("api")
+	fmt.Fprintf(w, "\nAPI requests per call (kube-apiserver apiserver_request_total, pods/NADs/events; etcd: the API server's etcd requests for them, etcd_requests_total)\n")
+	table(w, false, "arm\tnets\tcalls\tper ADD\tper DEL", rows)
+	return nil
+}
+
+// apiLoad is one pod shape's API requests per call, by "VERB
+// resource[/subresource]", from kube-apiserver's apiserver_request_total,
+// for the resources manifold touches (pods, NADs, events), and the API
+// server's etcd requests for them by "etcd:operation resource"
+// (etcd_requests_total); what the API server counted on other resources
+// over the same windows (its own controllers, leases) is "background".
+type apiLoad struct {
+	obj
+	perAdd, perDel map[string]float64
 }
 
 // manifoldResources are the resources manifold may touch.
@@ -86,7 +116,7 @@ func perCall(before, after map[string]float64, calls int) (mine, other map[strin
 //
 // The thick arm's daemon writes the status just after it answers, so for that
 // arm the counters are read again until they settle before the DEL window.
-func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) (*apiResult, error) {
+func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) (*apiLoad, error) {
 	netns, err := b.newNetNS()
 	if err != nil {
 		return nil, err
@@ -109,9 +139,9 @@ func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) 
 		return nil, err
 	}
 	for i, sb := range sbs {
-		if _, err := b.add(b.ctx, arm, sb); err != nil {
+		if _, err := b.call(b.ctx, arm, "ADD", sb); err != nil {
 			for _, done := range sbs[:i+1] {
-				_, _ = b.del(b.ctx, arm, done)
+				_, _ = b.call(b.ctx, arm, "DEL", done)
 			}
 			return nil, err
 		}
@@ -134,7 +164,7 @@ func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) 
 		m1 = m
 	}
 	for _, sb := range sbs {
-		if _, err := b.del(b.ctx, arm, sb); err != nil {
+		if _, err := b.call(b.ctx, arm, "DEL", sb); err != nil {
 			return nil, err
 		}
 	}
@@ -142,10 +172,21 @@ func (b *bench) apiLoad(arm string, pod *podSpec, calls int, olderRuntime bool) 
 	if err != nil {
 		return nil, err
 	}
-	r := &apiResult{Arm: arm, Networks: pod.Networks, Calls: calls, OlderRuntime: olderRuntime}
-	r.PerAdd, r.BackgroundAdd = perCall(m0, m1, calls)
-	r.PerDel, r.BackgroundDel = perCall(m1, m2, calls)
-	return r, nil
+	a := &apiLoad{}
+	var bgAdd, bgDel map[string]float64
+	a.perAdd, bgAdd = perCall(m0, m1, calls)
+	a.perDel, bgDel = perCall(m1, m2, calls)
+	a.obj = obj{{"arm", arm}, {"networks", pod.Networks}, {"calls", calls}, {"older_runtime", nonZero(olderRuntime)},
+		{"per_add", a.perAdd}, {"per_del", a.perDel}, {"background_during_add", nonEmpty(bgAdd)}, {"background_during_del", nonEmpty(bgDel)}}
+	return a, nil
+}
+
+// nonEmpty is m, or nil (left out) when it is empty.
+func nonEmpty(m map[string]float64) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 // formatCounts renders per-call counts in a stable order.

@@ -44,30 +44,15 @@ type sample struct {
 // least one of the delegate processes it started existed.
 func (s sample) Own() time.Duration { return s.Proc.Wall - s.Proc.Delegates }
 
-// add runs ADD for a sandbox in one arm.
-func (b *bench) add(ctx context.Context, arm string, sb *sandbox) (sample, error) {
+// call runs ADD or DEL for a sandbox in one arm.
+func (b *bench) call(ctx context.Context, arm, verb string, sb *sandbox) (sample, error) {
 	switch arm {
 	case armDirect:
-		return b.directAdd(ctx, sb)
+		return b.directCall(ctx, verb, sb)
 	case armFloor:
-		return b.floorCall("ADD", sb)
+		return b.floorCall(verb, sb)
 	}
-	return b.manifoldCall(ctx, arm, "ADD", sb)
-}
-
-// del runs DEL for a sandbox in one arm.
-func (b *bench) del(ctx context.Context, arm string, sb *sandbox) (sample, error) {
-	switch arm {
-	case armDirect:
-		return b.directDel(ctx, sb)
-	case armFloor:
-		return b.floorCall("DEL", sb)
-	}
-	return b.manifoldCall(ctx, arm, "DEL", sb)
-}
-
-func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox) (sample, error) {
-	rt, conf := b.runtime, b.confs[arm+"/"+sb.Pod.Kind]
+	rt := b.runtime
 	switch arm {
 	case armShim:
 		rt = b.shimRuntime
@@ -76,19 +61,12 @@ func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox)
 	case armThick, armThickBaseline, armThickConcurrent:
 		rt = b.thickArmOf(arm).runtime
 	}
-	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
 	rec := &recorder{}
-	rctx := withRecorder(ctx, rec)
-	var err error
 	start := time.Now()
-	if verb == "ADD" {
-		_, err = rt.AddNetworkList(rctx, conf, rc)
-	} else {
-		err = rt.DelNetworkList(rctx, conf, rc)
-	}
+	err := cniCall(withRecorder(ctx, rec), rt, b.confs[arm+"/"+sb.Pod.Kind], verb, sb)
 	s := sample{Wall: time.Since(start)}
 	if err != nil {
-		return s, fmt.Errorf("%s %s of pod %s via manifold: %w", verb, sb.ContainerID, sb.Pod.Obj.Name, err)
+		return s, fmt.Errorf("via manifold: %w", err)
 	}
 	if len(rec.procs) != 1 {
 		return s, fmt.Errorf("%s via manifold ran %d processes, want 1", verb, len(rec.procs))
@@ -102,29 +80,37 @@ func (b *bench) manifoldCall(ctx context.Context, arm, verb string, sb *sandbox)
 	return s, err
 }
 
-// directAdd is the reference ADD: the delegates of the pod's networks, in
-// order, with the interface names and CNI_ARGS manifold would give them. A
-// failure undoes what was added, as manifold would.
-func (b *bench) directAdd(ctx context.Context, sb *sandbox) (sample, error) {
-	start := time.Now()
-	for i := 0; i < sb.Pod.Networks; i++ {
-		if _, err := b.direct.AddNetworkList(ctx, b.refLists[sb.Pod.Kind][i], b.directConf(sb, i)); err != nil {
-			for j := i; j >= 0; j-- {
-				_ = b.direct.DelNetworkList(ctx, b.refLists[sb.Pod.Kind][j], b.directConf(sb, j))
-			}
-			return sample{}, fmt.Errorf("direct ADD of network %d of %s: %w", i, sb.ContainerID, err)
-		}
+// cniCall is the runtime's ADD or DEL of a sandbox with manifold's config.
+func cniCall(ctx context.Context, rt *libcni.CNIConfig, conf *libcni.NetworkConfigList, verb string, sb *sandbox) error {
+	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
+	var err error
+	if verb == "ADD" {
+		_, err = rt.AddNetworkList(ctx, conf, rc)
+	} else {
+		err = rt.DelNetworkList(ctx, conf, rc)
 	}
-	return sample{Wall: time.Since(start)}, nil
+	if err != nil {
+		return fmt.Errorf("%s %s of pod %s: %w", verb, sb.ContainerID, sb.Pod.Obj.Name, err)
+	}
+	return nil
 }
 
-// directDel is the reference DEL: every delegate, in reverse order.
-func (b *bench) directDel(ctx context.Context, sb *sandbox) (sample, error) {
+// directCall is the reference: the delegates of the pod's networks, with the
+// interface names and CNI_ARGS manifold would give them, ADD in order (a
+// failure undoes what was added, as manifold would) and DEL in reverse.
+func (b *bench) directCall(ctx context.Context, verb string, sb *sandbox) (sample, error) {
 	start := time.Now()
+	lists := b.refLists[sb.Pod.Kind]
 	var errs []error
-	for i := sb.Pod.Networks - 1; i >= 0; i-- {
-		if err := b.direct.DelNetworkList(ctx, b.refLists[sb.Pod.Kind][i], b.directConf(sb, i)); err != nil {
-			errs = append(errs, err)
+	for i := range sb.Pod.Networks {
+		if verb == "DEL" {
+			i = sb.Pod.Networks - 1 - i
+			errs = append(errs, b.direct.DelNetworkList(ctx, lists[i], b.directConf(sb, i)))
+		} else if _, err := b.direct.AddNetworkList(ctx, lists[i], b.directConf(sb, i)); err != nil {
+			for j := i; j >= 0; j-- {
+				_ = b.direct.DelNetworkList(ctx, lists[j], b.directConf(sb, j))
+			}
+			return sample{}, fmt.Errorf("direct ADD of network %d of %s: %w", i, sb.ContainerID, err)
 		}
 	}
 	s := sample{Wall: time.Since(start)}
@@ -195,4 +181,18 @@ func (b *bench) shimPeaks(verb string) (manifold, delegates int64, err error) {
 		return 0, 0, errors.New("shim log has no line for manifold")
 	}
 	return manifold, delegates, nil
+}
+
+// addDel runs ADD then, pause later, DEL of a fresh sandbox of pod in one
+// arm. A failed ADD is cleaned up with a DEL before the error is returned.
+func (b *bench) addDel(arm string, pod *podSpec, netns string, pause time.Duration) (sample, sample, error) {
+	sb := b.newSandbox(pod, netns)
+	a, err := b.call(b.ctx, arm, "ADD", sb)
+	if err != nil {
+		_, _ = b.call(b.ctx, arm, "DEL", sb)
+		return a, sample{}, err
+	}
+	time.Sleep(pause)
+	d, err := b.call(b.ctx, arm, "DEL", sb)
+	return a, d, err
 }

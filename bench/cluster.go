@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,33 +22,6 @@ import (
 	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 	"github.com/manifold-cni/manifold/ociimage"
 )
-
-// clusterResult is what manifold costs on a real one-node cluster
-// (e2e/cluster), installed with its image and DaemonSets: a pod from its
-// creation to Running through manifold against the same pod whose RuntimeClass
-// sends containerd straight to the primary CNI's conflist, interleaved; the
-// time a rolling upgrade takes on the node; and the memory of a pod storm.
-type clusterResult struct {
-	Rounds int `json:"rounds"`
-	// Direct, Thin and Thick are a pod's creation to Running, ms: with the
-	// primary CNI called by containerd itself, and through manifold.
-	Direct dist `json:"direct"`
-	Thin   dist `json:"thin"`
-	Thick  dist `json:"thick"`
-	// Ratios of medians, and medians of the per-round ratios.
-	ThinRatioP50        float64 `json:"thin_ratio_p50"`
-	ThickRatioP50       float64 `json:"thick_ratio_p50"`
-	ThinPairedRatioP50  float64 `json:"thin_paired_ratio_p50"`
-	ThickPairedRatioP50 float64 `json:"thick_paired_ratio_p50"`
-	// UpgradeThin and UpgradeThick are a rolling upgrade of the DaemonSet to
-	// another image on the one node: kubectl apply to the end of kubectl
-	// rollout status, seconds.
-	UpgradeThinSec  float64 `json:"upgrade_thin_s"`
-	UpgradeThickSec float64 `json:"upgrade_thick_s"`
-	StormThin       storm   `json:"storm_thin"`
-	StormThick      storm   `json:"storm_thick"`
-	Note            string  `json:"note"`
-}
 
 // storm is a pod storm: n pods created at once, each with one extra network.
 type storm struct {
@@ -76,20 +48,28 @@ const (
 	stormBridge    = "mfbenchbr0"
 )
 
-// clusterBench runs the cluster section.
-func (b *bench) clusterBench(rounds, stormPods int) (*clusterResult, error) {
-	ctx := b.ctx
+// runCluster is what manifold costs on a real one-node cluster
+// (e2e/cluster), installed with its image and DaemonSets, in thin and then
+// thick mode: a pod from its creation to Running through manifold against
+// the same pod whose RuntimeClass sends containerd straight to the primary
+// CNI's conflist, interleaved (ratios of the medians, and medians of the
+// per-round ratios); a rolling upgrade of the DaemonSet to another image on
+// the node, kubectl apply to the end of kubectl rollout status; and the time
+// and memory of a pod storm.
+func runCluster(b *bench, s settings, r *report) error {
+	ctx, rounds, stormPods := b.ctx, s.clusterRounds, s.stormPods
+	logf("cluster: a one-node cluster, %d rounds per mode, storms of %d pods", rounds, stormPods)
 	dir, err := os.MkdirTemp("", "mfcb-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	b.onCleanup(func() { os.RemoveAll(dir) })
 	directDir := filepath.Join(dir, "direct-net.d")
 	if err := os.MkdirAll(directDir, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(directDir, cluster.PrimaryFile), []byte(cluster.PrimaryConfig()), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	cluster.OwnNetwork(stormNetwork, stormBridge)
 	logf("cluster: starting a one-node cluster")
@@ -98,49 +78,53 @@ func (b *bench) clusterBench(rounds, stormPods int) (*clusterResult, error) {
 	c, err := cluster.Start(ctx, cluster.Options{TempDir: dir, Runtime: cluster.Containerd,
 		Handlers: []crinode.Handler{{Name: directClass, CNIConfDir: directDir}}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	b.onCleanup(c.Stop)
 	if err := cluster.InstallPrimaryPlugins(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cluster.WritePrimary(cluster.PrimaryFile, cluster.PrimaryConfig()); err != nil {
-		return nil, err
+		return err
 	}
 	root, err := testenv.FindRepoRoot()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	images := []string{"ghcr.io/manifold-cni/manifold:bench-v1", "ghcr.io/manifold-cni/manifold:bench-v2"}
 	for i, ref := range images {
 		res, err := ociimage.Build(ctx, ociimage.Options{Version: fmt.Sprintf("bench-v%d", i+1), Ref: ref, OutPath: filepath.Join(dir, fmt.Sprintf("image-%d.tar", i)), RepoRoot: root})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := c.Node.Import(ctx, res.Path); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	cs := c.Clientset()
 	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: directClass}, Handler: directClass}, metav1.CreateOptions{}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.CreateNamespace(ctx, benchNamespace); err != nil {
-		return nil, err
+		return err
 	}
 	nad, err := nadv1.New(benchNamespace, "blue", `{"cniVersion":"1.0.0","name":"`+stormNetwork+`","plugins":[{"type":"bridge","bridge":"`+stormBridge+
 		`","ipam":{"type":"host-local","subnet":"10.247.0.0/24"}}]}`).ToUnstructured()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := c.CP.Dynamic().Resource(controlplane.NADResource).Namespace(benchNamespace).Create(ctx, nad, metav1.CreateOptions{}); err != nil {
-		return nil, err
+		return err
 	}
 
-	r := &clusterResult{Rounds: rounds, Note: "one node: containerd 2.x with runc and a kubelet, the control plane on 127.0.0.1; pods of the node's test image, never pulled; a pod is created and polled by a watch until Running, then deleted (not timed); direct pods have a RuntimeClass whose handler's CNI conf dir holds the primary conflist alone"}
-	var directs, thins, thicks []time.Duration
+	note := "one node: containerd 2.x with runc and a kubelet, the control plane on 127.0.0.1; pods of the node's test image, never pulled; a pod is created and polled by a watch until Running, then deleted (not timed); direct pods have a RuntimeClass whose handler's CNI conf dir holds the primary conflist alone"
+	all := samples{}
+	figs := map[string]any{}
+	storms := map[string]storm{}
 	for _, mode := range []cluster.Mode{cluster.Thin, cluster.Thick} {
+		name := "thin"
 		if mode.Thick {
+			name = "thick"
 			logf("cluster: switching to thick mode")
 			err = c.Switch(ctx, cluster.Thin, cluster.Thick, images[0])
 		} else {
@@ -148,45 +132,64 @@ func (b *bench) clusterBench(rounds, stormPods int) (*clusterResult, error) {
 			err = c.Install(ctx, mode, images[0])
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := waitPluginType(ctx, mode); err != nil {
-			return nil, err
+			return err
 		}
 		logf("cluster: %s: %d rounds of a pod to Running, through manifold and direct", mode, rounds)
-		viaManifold, direct, err := podRounds(ctx, c, rounds)
+		st, err := b.trial([]string{"manifold", "direct"}, 1, rounds).run(func(_ int, arm string, rec record) error {
+			class := map[string]string{"manifold": "", "direct": directClass}[arm]
+			took, err := podToRunning(ctx, c, class)
+			rec("", took)
+			return err
+		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		directs = append(directs, direct...)
+		all["direct"] = append(all["direct"], st["direct"]...)
+		all[name] = st["manifold"]
+		figs[name+"_paired_ratio_p50"] = st.paired("manifold", "direct")
 		start := time.Now()
 		if err := c.Roll(ctx, mode, images[1]); err != nil {
-			return nil, err
+			return err
 		}
-		upgrade := time.Since(start).Seconds()
+		figs["upgrade_"+name+"_s"] = time.Since(start).Seconds()
 		logf("cluster: %s: a pod storm of %d", mode, stormPods)
-		st, err := podStorm(ctx, c, mode, stormPods)
-		if err != nil {
-			return nil, err
+		if storms[name], err = podStorm(ctx, c, mode, stormPods); err != nil {
+			return err
 		}
-		if mode.Thick {
-			thicks, r.UpgradeThickSec, r.StormThick = viaManifold, upgrade, st
-			r.ThickPairedRatioP50 = pairedRatio(viaManifold, direct)
-		} else {
-			thins, r.UpgradeThinSec, r.StormThin = viaManifold, upgrade, st
-			r.ThinPairedRatioP50 = pairedRatio(viaManifold, direct)
-			// The thick arm starts from the first image too.
+		// The thick arm starts from the first image too.
+		if !mode.Thick {
 			if err := c.Roll(ctx, mode, images[0]); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
 	if err := c.Uninstall(ctx, cluster.Thick); err != nil {
-		return nil, err
+		return err
 	}
-	r.Direct, r.Thin, r.Thick = summarize(directs), summarize(thins), summarize(thicks)
-	r.ThinRatioP50, r.ThickRatioP50 = ratio(r.Thin.P50, r.Direct.P50), ratio(r.Thick.P50, r.Direct.P50)
-	return r, nil
+	r.set("cluster", obj{{"rounds", rounds}, {"direct", all.dist("direct")}, {"thin", all.dist("thin")}, {"thick", all.dist("thick")},
+		{"thin_ratio_p50", all.ratio("thin", "direct")}, {"thick_ratio_p50", all.ratio("thick", "direct")},
+		{"thin_paired_ratio_p50", figs["thin_paired_ratio_p50"]}, {"thick_paired_ratio_p50", figs["thick_paired_ratio_p50"]},
+		{"upgrade_thin_s", figs["upgrade_thin_s"]}, {"upgrade_thick_s", figs["upgrade_thick_s"]},
+		{"storm_thin", storms["thin"]}, {"storm_thick", storms["thick"]}, {"note", note}})
+	w := r.out("cluster")
+	fmt.Fprintf(w, "\nA real one-node cluster, manifold installed from its image with kubectl: a pod's creation to Running, ms p50 / p99 (%d rounds per mode, interleaved with direct)\n", rounds)
+	fmt.Fprintf(w, "  direct (RuntimeClass to the primary conflist)  %s\n", pp(all.dist("direct")))
+	for _, m := range []string{"thin", "thick"} {
+		fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", m, pp(all.dist(m)), all.ratio(m, "direct"), figs[m+"_paired_ratio_p50"])
+	}
+	fmt.Fprintf(w, "  rolling upgrade of the DaemonSet on the node: thin %.1f s, thick %.1f s\n", figs["upgrade_thin_s"], figs["upgrade_thick_s"])
+	for _, m := range []string{"thin", "thick"} {
+		st := storms[m]
+		fmt.Fprintf(w, "  storm of %d pods (%s): all Running in %.1f s; manifold's and its delegates' memory (PSS) peaked at %.1f MiB", st.Pods, m, st.RunningSec, st.PeakPSSMiB)
+		if st.LimitMiB > 0 {
+			fmt.Fprintf(w, "; the daemon's own PSS peaked at %.1f MiB; the daemon container's cgroup at %.1f MiB of its %.0f MiB limit", st.DaemonPeakPSSMiB, st.CgroupPeakMiB, st.LimitMiB)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
 }
 
 // waitPluginType waits until manifold's config on the host runs mode's
@@ -205,31 +208,6 @@ func waitPluginType(ctx context.Context, mode cluster.Mode) error {
 		}
 	}
 	return fmt.Errorf("manifold's config does not run %s after 2 minutes", want)
-}
-
-// podRounds times rounds of a pod to Running through manifold and with the
-// direct RuntimeClass, in alternating order, after one untimed round.
-func podRounds(ctx context.Context, c *cluster.Cluster, rounds int) (viaManifold, direct []time.Duration, err error) {
-	for round := -1; round < rounds; round++ {
-		order := []string{"", directClass}
-		if round%2 != 0 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, class := range order {
-			took, err := podToRunning(ctx, c, class)
-			if err != nil {
-				return nil, nil, err
-			}
-			switch {
-			case round < 0:
-			case class == "":
-				viaManifold = append(viaManifold, took)
-			default:
-				direct = append(direct, took)
-			}
-		}
-	}
-	return viaManifold, direct, nil
 }
 
 // podToRunning creates a pod (with the RuntimeClass class, if any), times it
@@ -363,23 +341,4 @@ func pssBytes(pid string) int64 {
 	}
 	kib, _ := procKiB(string(b), "Pss:")
 	return kib << 10
-}
-
-// print writes the cluster section of the report.
-func (r *clusterResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\nA real one-node cluster, manifold installed from its image with kubectl: a pod's creation to Running, ms p50 / p99 (%d rounds per mode, interleaved with direct)\n", r.Rounds)
-	fmt.Fprintf(w, "  direct (RuntimeClass to the primary conflist)  %s\n", pp(r.Direct))
-	fmt.Fprintf(w, "  thin                                           %s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", pp(r.Thin), r.ThinRatioP50, r.ThinPairedRatioP50)
-	fmt.Fprintf(w, "  thick                                          %s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", pp(r.Thick), r.ThickRatioP50, r.ThickPairedRatioP50)
-	fmt.Fprintf(w, "  rolling upgrade of the DaemonSet on the node: thin %.1f s, thick %.1f s\n", r.UpgradeThinSec, r.UpgradeThickSec)
-	for _, s := range []struct {
-		name string
-		s    storm
-	}{{"thin", r.StormThin}, {"thick", r.StormThick}} {
-		fmt.Fprintf(w, "  storm of %d pods (%s): all Running in %.1f s; manifold's and its delegates' memory (PSS) peaked at %.1f MiB", s.s.Pods, s.name, s.s.RunningSec, s.s.PeakPSSMiB)
-		if s.s.LimitMiB > 0 {
-			fmt.Fprintf(w, "; the daemon's own PSS peaked at %.1f MiB; the daemon container's cgroup at %.1f MiB of its %.0f MiB limit", s.s.DaemonPeakPSSMiB, s.s.CgroupPeakMiB, s.s.LimitMiB)
-		}
-		fmt.Fprintln(w)
-	}
 }

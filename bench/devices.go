@@ -9,53 +9,27 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/manifold-cni/manifold/e2e/controlplane"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 	"github.com/manifold-cni/manifold/podresources/podresourcestest"
 )
 
 // benchResource is the device-plugin resource of the devices section.
 const benchResource = "bench.manifold.io/netdev"
 
-// devicesResult is the devices section, and the DRA section.
-type devicesResult struct {
-	Title      string        `json:"title"`
-	Iterations int           `json:"iterations"`
-	Note       string        `json:"note"`
-	Modes      []*devicesRow `json:"modes"`
-}
-
-type devicesRow struct {
-	Mode string `json:"mode"` // thin or thick
-	// WithDevice: ADD of the pod whose network draws a device; Without:
-	// the same pod shape, its NAD naming no resource.
-	WithDevice    dist `json:"add_with_device"`
-	WithoutDevice dist `json:"add_without_device"`
-	// CostP50 is the median of the per-iteration differences.
-	CostP50 float64 `json:"cost_p50_ms"`
-	// Kubelet calls (Get and List) per ADD.
-	KubeletCallsWith    float64 `json:"kubelet_calls_per_add_with_device"`
-	KubeletCallsWithout float64 `json:"kubelet_calls_per_add_without_device"`
-}
-
-// devices runs the with/without loop (withWithout) for a network whose NAD
-// names a device-plugin resource, against one whose NAD names none.
-func (b *bench) devices(iterations, warmup int) (*devicesResult, error) {
+// runDevices runs the with/without loop (withWithout) for a network whose
+// NAD names a device-plugin resource, against one whose NAD names none.
+func runDevices(b *bench, s settings, r *report) error {
 	keys, err := b.deviceKeys("devices")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.macvlanNADs("bench-dev", 1, map[string]string{"k8s.v1.cni.cncf.io/resourceName": benchResource}); err != nil {
-		return nil, err
+		return err
 	}
 	pods := map[bool]*podSpec{}
 	for _, with := range []bool{true, false} {
@@ -65,23 +39,21 @@ func (b *bench) devices(iterations, warmup int) (*devicesResult, error) {
 			err = b.setNetworks(p, name)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		pods[with] = p
 	}
 	calls, err := b.fakeKubelet(keys, pods[true], podresourcestest.Container{Name: "pause",
 		Devices: []podresourcestest.Device{{Resource: benchResource, ID: "0000:3b:02.1"}}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	modes, err := b.deviceModes("devices", keys)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &devicesResult{Iterations: iterations, Title: "Devices: ADD of a network that draws a device from the kubelet, against one that does not",
-		Note: "ADD wall time of a pod with the default network (bridge) and one macvlan NAD that names a device-plugin resource, against the same pod whose NAD names none; the kubelet is podresourcestest's fake on a unix socket; thin mode asks it through `manifold-daemon pod-devices`, thick mode in the daemon"}
-	out.Modes, err = b.withWithout("devices", iterations, warmup, pods, modes, calls)
-	return out, err
+	return b.withWithout(r, "devices", s.deviceIterations, s.warmup, pods, modes, calls, "Devices: ADD of a network that draws a device from the kubelet, against one that does not",
+		"ADD wall time of a pod with the default network (bridge) and one macvlan NAD that names a device-plugin resource, against the same pod whose NAD names none; the kubelet is podresourcestest's fake on a unix socket; thin mode asks it through `manifold-daemon pod-devices`, thick mode in the daemon")
 }
 
 // deviceKeys makes a section's dir and returns manifold's device keys for
@@ -106,16 +78,10 @@ func (b *bench) macvlanNADs(prefix string, subnet int, annotations map[string]st
 	for i, name := range []string{prefix + "-with", prefix + "-without"} {
 		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"macvlan","master":%q,"mode":"bridge",`+
 			`"ipam":{"type":"host-local","subnet":"10.252.%d.0/24","dataDir":%q}}]}`, name, b.parent, subnet+i, b.leaseDir)
-		obj, err := nadv1.New(namespace, name, conf).ToUnstructured()
-		if err != nil {
+		if err := b.createNAD(namespace, name, conf, annotations, false); err != nil {
 			return err
 		}
-		if i == 0 {
-			obj.SetAnnotations(annotations)
-		}
-		if _, err := b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace).Create(b.ctx, obj, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create NAD %s: %w", name, err)
-		}
+		annotations = nil
 	}
 	return nil
 }
@@ -142,7 +108,7 @@ func (b *bench) deviceModes(section string, keys map[string]any) ([]benchMode, e
 		return nil, err
 	}
 	cniDir := filepath.Join(b.dir, section+"-cni")
-	arm, err := b.sectionDaemon(section, cniDir, "--pod-resources-socket", keys["podResourcesSocket"].(string),
+	arm, err := b.sectionDaemon(section, b.manifold, cniDir, "--pod-resources-socket", keys["podResourcesSocket"].(string),
 		"--device-checkpoint", keys["deviceCheckpoint"].(string), "--device-info-dir", keys["deviceInfoDir"].(string))
 	if err != nil {
 		return nil, err
@@ -171,77 +137,63 @@ type benchMode struct {
 // withWithout runs iterations interleaved iterations of an ADD (then DEL)
 // in each mode of pods[true], whose network draws a device, and of
 // pods[false], whose network draws none, in an order that turns; calls
-// counts the kubelet's calls so far.
-func (b *bench) withWithout(section string, iterations, warmup int, pods map[bool]*podSpec, modes []benchMode, calls func() int) ([]*devicesRow, error) {
+// counts the kubelet's calls so far. It reports them as section.
+func (b *bench) withWithout(r *report, section string, iterations, warmup int, pods map[bool]*podSpec, modes []benchMode, calls func() int, title, note string) error {
 	type devCase struct {
 		benchMode
-		with  bool
+		pod   *podSpec
 		netns string
-		adds  []time.Duration
-		calls int
 	}
-	var cases []*devCase
+	var arms []string
+	cases := map[string]devCase{}
 	for _, m := range modes {
 		for _, with := range []bool{true, false} {
 			ns, err := b.newNetNS()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			cases = append(cases, &devCase{benchMode: m, with: with, netns: ns.Path()})
+			arm := m.name + map[bool]string{true: " with", false: " without"}[with]
+			arms, cases[arm] = append(arms, arm), devCase{m, pods[with], ns.Path()}
 		}
 	}
 	logf("%s: thin and thick, a network with and without a device, %d iterations", section, iterations)
-	for i := 0; i < warmup+iterations; i++ {
-		for j := range cases {
-			c := cases[(i+j)%len(cases)]
-			sb := b.newSandbox(pods[c.with], c.netns)
-			rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
-			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-			before := calls()
-			start := time.Now()
-			_, err := c.rt.AddNetworkList(ctx, c.conf, rc)
-			took := time.Since(start)
-			n := calls() - before
-			if err == nil {
-				err = c.rt.DelNetworkList(ctx, c.conf, rc)
-			}
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("%s ADD/DEL of %s: %w", c.name, sb.Pod.Obj.Name, err)
-			}
-			if i >= warmup {
-				c.adds = append(c.adds, took)
-				c.calls += n
-			}
+	kubelet := map[string]int{}
+	st, err := b.trial(arms, warmup, iterations).run(func(it int, arm string, rec record) error {
+		c := cases[arm]
+		sb := b.newSandbox(c.pod, c.netns)
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		defer cancel()
+		before := calls()
+		start := time.Now()
+		err := cniCall(ctx, c.rt, c.conf, "ADD", sb)
+		rec("", time.Since(start))
+		if it >= warmup {
+			kubelet[arm] += calls() - before
 		}
-	}
-	var rows []*devicesRow
-	for k := 0; k < len(cases); k += 2 {
-		with, without := cases[k], cases[k+1]
-		diffs := make([]float64, len(with.adds))
-		for i := range with.adds {
-			diffs[i] = ms(with.adds[i] - without.adds[i])
+		if err == nil {
+			err = cniCall(ctx, c.rt, c.conf, "DEL", sb)
 		}
-		rows = append(rows, &devicesRow{
-			Mode: with.name, WithDevice: summarize(with.adds), WithoutDevice: summarize(without.adds),
-			CostP50:             summarizeMS(diffs).P50,
-			KubeletCallsWith:    float64(with.calls) / float64(iterations),
-			KubeletCallsWithout: float64(without.calls) / float64(iterations),
-		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return rows, nil
-}
-
-// print writes the section's table; nothing when it did not run.
-func (r *devicesResult) print(w io.Writer) {
-	if r == nil {
-		return
+	var rows []obj
+	var lines []string
+	for _, m := range modes {
+		with, without := m.name+" with", m.name+" without"
+		cost := st.diff(with, without).P50
+		perAdd := func(arm string) float64 { return float64(kubelet[arm]) / float64(iterations) }
+		rows = append(rows, obj{{"mode", m.name}, {"add_with_device", st.dist(with)}, {"add_without_device", st.dist(without)},
+			{"cost_p50_ms", cost}, {"kubelet_calls_per_add_with_device", perAdd(with)}, {"kubelet_calls_per_add_without_device", perAdd(without)}})
+		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%.1f\t%.2f / %.2f\t", m.name, pp(st.dist(with)), pp(st.dist(without)), cost, perAdd(with), perAdd(without)))
 	}
-	fmt.Fprintf(w, "\n%s (real delegates, %d iterations), ms p50 / p99\n", r.Title, r.Iterations)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\twith device\twithout\tcost p50\tkubelet calls per ADD (with / without)\t")
-	for _, m := range r.Modes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.2f / %.2f\t\n", m.Mode, pp(m.WithDevice), pp(m.WithoutDevice), m.CostP50, m.KubeletCallsWith, m.KubeletCallsWithout)
-	}
-	tw.Flush()
+	r.set(section, obj{{"title", title}, {"iterations", iterations}, {"note", note}, {"modes", rows}})
+	w := r.out(section)
+	fmt.Fprintf(w, "\n%s (real delegates, %d iterations), ms p50 / p99\n", title, iterations)
+	table(w, true, "mode\twith device\twithout\tcost p50\tkubelet calls per ADD (with / without)\t", lines)
+	return nil
 }

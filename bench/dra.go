@@ -23,50 +23,48 @@ import (
 // benchDRADriver is the DRA driver of the section's ResourceSlice.
 const benchDRADriver = "dra.bench.manifold.io"
 
-// dra runs the with/without loop (withWithout) for a network whose NAD
+// runDRA runs the with/without loop (withWithout) for a network whose NAD
 // names the pod's claim, against one whose NAD names none.
-func (b *bench) dra(iterations, warmup int) (*devicesResult, error) {
+func runDRA(b *bench, s settings, r *report) error {
 	keys, err := b.deviceKeys("dra")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.macvlanNADs("bench-dra", 3, map[string]string{netconf.AnnotResourceClaim: "nic"}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.draSlice(); err != nil {
-		return nil, err
+		return err
 	}
 	claim, err := b.draClaim("bench-dra-nic")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	with, err := b.createClaimPod("dra-bench-dra-with", "nic", claim)
 	if err == nil {
 		err = b.setNetworks(with, "bench-dra-with")
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	without, err := b.createPod("dra-bench-dra-without", kindReal, 1)
 	if err == nil {
 		err = b.setNetworks(without, "bench-dra-without")
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	calls, err := b.fakeKubelet(keys, with, podresourcestest.Container{Name: "pause", Claims: []podresourcestest.Claim{{Namespace: namespace, Name: claim.Name,
 		Devices: []podresourcestest.ClaimDevice{{Driver: benchDRADriver, Pool: benchNode, Device: "nic-0"}}}}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	modes, err := b.deviceModes("dra", keys)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &devicesResult{Iterations: iterations, Title: "DRA: ADD of a network that draws a DRA device, against one that does not",
-		Note: "ADD wall time of a pod with the default network (bridge) and one macvlan NAD that names the pod's claim (manifold-cni.github.io/resource-claim), against a pod whose NAD names none; the claim is read, the driver's ResourceSlices on the node listed, and the claim's status.devices written (in thin mode before ADD answers, in thick mode after); the device's standard PCI attribute names it, so the kubelet (podresourcestest's fake) is not asked"}
-	out.Modes, err = b.withWithout("dra", iterations, warmup, map[bool]*podSpec{true: with, false: without}, modes, calls)
-	return out, err
+	return b.withWithout(r, "dra", s.deviceIterations, s.warmup, map[bool]*podSpec{true: with, false: without}, modes, calls, "DRA: ADD of a network that draws a DRA device, against one that does not",
+		"ADD wall time of a pod with the default network (bridge) and one macvlan NAD that names the pod's claim (manifold-cni.github.io/resource-claim), against a pod whose NAD names none; the claim is read, the driver's ResourceSlices on the node listed, and the claim's status.devices written (in thin mode before ADD answers, in thick mode after); the device's standard PCI attribute names it, so the kubelet (podresourcestest's fake) is not asked")
 }
 
 // draSlice publishes bench-node's pool of benchDRADriver: nic-0, with a
@@ -114,23 +112,16 @@ func (b *bench) draClaim(name string) (*resourcev1.ResourceClaim, error) {
 // createClaimPod is createPod's pod with claim podClaim naming rc, which is
 // then reserved for it.
 func (b *bench) createClaimPod(name, podClaim string, rc *resourcev1.ResourceClaim) (*podSpec, error) {
+	p, err := b.createPodWith(name, kindReal, nil, corev1.PodResourceClaim{Name: podClaim, ResourceClaimName: &rc.Name})
+	if err != nil {
+		return nil, err
+	}
+	p.Networks = 1
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	claimName := rc.Name
-	p, err := b.k8s.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: corev1.PodSpec{
-			NodeName:       benchNode,
-			ResourceClaims: []corev1.PodResourceClaim{{Name: podClaim, ResourceClaimName: &claimName}},
-			Containers:     []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("create pod %s: %w", name, err)
-	}
-	rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
+	rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Obj.Name, UID: p.Obj.UID}}
 	if _, err := b.k8s.ResourceV1().ResourceClaims(namespace).UpdateStatus(ctx, rc, metav1.UpdateOptions{}); err != nil {
 		return nil, fmt.Errorf("reserve ResourceClaim %s: %w", rc.Name, err)
 	}
-	return &podSpec{Kind: kindReal, Networks: 1, Obj: p}, nil
+	return p, nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/manifold-cni/manifold/bench/floorcall"
-	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
@@ -33,16 +32,9 @@ type floorArm struct {
 // startFloor builds and starts the floor process, tied to this one, and
 // ends it at the benchmark's end.
 func (b *bench) startFloor() error {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
 	bin := filepath.Join(b.dir, "floor")
-	build := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-o", bin, "./bench/floor")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build the floor process: %w: %s", err, msg)
+	if err := b.goBuild(bin, "./bench/floor"); err != nil {
+		return err
 	}
 	cmd := exec.Command(bin, b.binDir, filepath.Join(b.dir, "floor-cache"))
 	cmd.Stderr = os.Stderr

@@ -10,11 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
-	"text/tabwriter"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -23,8 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-
-	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
 const (
@@ -36,103 +31,41 @@ const (
 	statusWait = 30 * time.Second
 )
 
-// hotplugResult is the hotplug section: one entry per delegate set.
-type hotplugResult struct {
-	Rounds int            `json:"rounds"`
-	Note   string         `json:"note"`
-	Kinds  []*hotplugKind `json:"kinds"`
-}
-
-type hotplugKind struct {
-	Delegates string `json:"delegates"`
-	Network   string `json:"network"`
-	// Attach and Detach: the annotation's update (the PATCH sent) to
-	// network-status showing the network added, or gone.
-	Attach dist `json:"hotplug_attach"`
-	Detach dist `json:"hotplug_detach"`
-	// FreshAnswer: a fresh ADD of a pod that has the network from the start,
-	// to the runtime's answer; FreshStatus: to network-status showing it.
-	FreshAnswer dist `json:"fresh_add_answer"`
-	FreshStatus dist `json:"fresh_add_status"`
-	// RatioP50 is Attach over FreshStatus, by the medians.
-	RatioP50 float64 `json:"attach_over_fresh_status_p50"`
-}
-
-// sectionDaemon starts manifold as a `manifold daemon` of a section's own:
-// its bin dir (the plugins, manifold-shim, and manifold for the shim's
-// fallback), its socket, cniDir as its cniDir, and any further flags.
-func (b *bench) sectionDaemon(name, manifold, cniDir string, flags ...string) (*thickArm, error) {
-	a := &thickArm{dir: filepath.Join(b.dir, name+"-bin"), socket: filepath.Join(b.dir, name+"-daemon", "manifold.sock")}
-	for _, d := range []string{a.dir, cniDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := testenv.LinkBinDir(a.dir, b.plugins, manifold); err != nil {
-		return nil, err
-	}
-	shim, err := os.Readlink(filepath.Join(b.thick.dir, "manifold-shim"))
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Symlink(shim, filepath.Join(a.dir, "manifold-shim")); err != nil {
-		return nil, err
-	}
-	flags = append([]string{"--bin-dir", a.dir, "--cni-dir", cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}, flags...)
-	d, err := testenv.RunDaemon(manifold, a.socket, os.Stderr, flags...)
-	if err != nil {
-		return nil, err
-	}
-	a.pid = d.Pid()
-	b.onCleanup(func() {
-		if err := d.Terminate(); err != nil {
-			logf("%v", err)
-		}
-	})
-	a.runtime = libcni.NewCNIConfigWithCacheDir([]string{a.dir}, b.runtimeCache, &benchExec{})
-	return a, nil
-}
-
-// withKeys is a copy of manifold's config list with keys set in its plugin.
-func withKeys(list *libcni.NetworkConfigList, keys map[string]any) (*libcni.NetworkConfigList, error) {
-	var raw map[string]any
-	if err := json.Unmarshal(list.Bytes, &raw); err != nil {
-		return nil, err
-	}
-	plugin := raw["plugins"].([]any)[0].(map[string]any)
-	for k, v := range keys {
-		plugin[k] = v
-	}
-	data, err := json.Marshal(raw)
-	if err != nil {
-		return nil, err
-	}
-	return libcni.NetworkConfFromBytes(data)
-}
-
-// hotplug measures rounds interleaved rounds per delegate set. Each round
-// hot-plugs network 1 of the set into a running pod that has only its
+// runHotplug measures rounds interleaved rounds per delegate set. Each
+// round hot-plugs network 1 of the set into a running pod of its own that has only its
 // default network, detaches it again, and ADDs (then DELs) a pod that has
 // the same network from the start; the two go first in turn.
-func (b *bench) hotplug(rounds, warmup int) (*hotplugResult, error) {
+func runHotplug(b *bench, s settings, r *report) error {
 	cniDir := filepath.Join(b.dir, "hotplug-cni")
 	arm, err := b.sectionDaemon("hotplug", b.manifold, cniDir, "--node-name", benchNode)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &hotplugResult{Rounds: rounds, Note: "thick mode, one daemon watching the node's pods; attach/detach from the annotation's PATCH to network-status showing the change (a pod watch), fresh ADD from the runtime's call to its answer and to network-status showing the network"}
+	var kinds []obj
+	var rows []string
 	for _, kind := range []string{kindReal, kindNoop} {
-		logf("hotplug: %s delegates, %d rounds", kind, rounds)
-		k, err := b.hotplugKind(arm, cniDir, kind, rounds, warmup)
+		logf("hotplug: %s delegates, %d rounds", kind, s.hotplugRounds)
+		st, err := b.hotplugKind(arm, cniDir, kind, s.hotplugRounds, s.warmup)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", kind, err)
+			return fmt.Errorf("%s: %w", kind, err)
 		}
-		out.Kinds = append(out.Kinds, k)
+		network, ratio := namespace+"/"+netName(kind, 1), st.ratio("hot/attach", "fresh/status")
+		kinds = append(kinds, obj{{"delegates", kind}, {"network", network},
+			{"hotplug_attach", st.dist("hot/attach")}, {"hotplug_detach", st.dist("hot/detach")},
+			{"fresh_add_answer", st.dist("fresh/answer")}, {"fresh_add_status", st.dist("fresh/status")},
+			{"attach_over_fresh_status_p50", ratio}})
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%.3f×\t", kind, network, pp(st.dist("hot/attach")), pp(st.dist("hot/detach")),
+			pp(st.dist("fresh/answer")), pp(st.dist("fresh/status")), ratio))
 	}
-	return out, nil
+	r.set("hotplug", obj{{"rounds", s.hotplugRounds}, {"note", "thick mode, one daemon watching the node's pods; attach/detach from the annotation's PATCH to network-status showing the change (a pod watch), fresh ADD from the runtime's call to its answer and to network-status showing the network"},
+		{"kinds", kinds}})
+	w := r.out("hotplug")
+	fmt.Fprintf(w, "\nHot-plug (thick mode, %d interleaved rounds), ms p50 / p99: the annotation's update to network-status, against a fresh ADD of the same network\n", s.hotplugRounds)
+	table(w, true, "delegates\tnetwork\thot-plug attach\thot-plug detach\tfresh ADD answer\tfresh ADD status\tattach / fresh status\t", rows)
+	return nil
 }
 
-func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup int) (*hotplugKind, error) {
+func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup int) (samples, error) {
 	conf, err := b.thickConfList(kind, arm)
 	if err == nil {
 		conf, err = withKeys(conf, map[string]any{"cniDir": cniDir})
@@ -141,10 +74,6 @@ func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup i
 		return nil, err
 	}
 	nad := netName(kind, 1)
-	running, err := b.createPod("hotplug-running-"+kind, kind, 1)
-	if err != nil {
-		return nil, err
-	}
 	fresh, err := b.createPod("hotplug-fresh-"+kind, kind, 2)
 	if err != nil {
 		return nil, err
@@ -160,64 +89,53 @@ func (b *bench) hotplugKind(arm *thickArm, cniDir, kind string, rounds, warmup i
 	without := []string{"eth0"}
 	with := []string{"eth0", "net1"}
 
-	sbRunning := b.newSandbox(running, nsRunning.Path())
-	if err := b.thickCall(arm, conf, "ADD", sbRunning); err != nil {
-		return nil, err
-	}
-	defer b.thickCall(arm, conf, "DEL", sbRunning)
-	if _, err := b.timeToStatus(running, without, func() error { return nil }); err != nil {
-		return nil, fmt.Errorf("the running pod's status: %w", err)
-	}
-
-	k := &hotplugKind{Delegates: kind, Network: namespace + "/" + nad}
-	var attach, detach, answer, status []time.Duration
-	for i := 0; i < warmup+rounds; i++ {
-		var a, d, fa, fs time.Duration
-		hot := func() error {
-			var err error
-			if a, err = b.timeToStatus(running, with, func() error { return b.setNetworks(running, nad) }); err != nil {
+	t := b.trial([]string{"hot", "fresh"}, warmup, rounds)
+	return t.run(func(it int, step string, rec record) error {
+		if step == "hot" {
+			// A running pod of its own each round: the daemon makes a pod
+			// whose networks keep changing wait longer between changes
+			// (daemon/churn.go), and one hot-plug is what is measured.
+			running, err := b.createPod(fmt.Sprintf("hotplug-running-%s-%d", kind, it), kind, 1)
+			if err != nil {
+				return err
+			}
+			sb := b.newSandbox(running, nsRunning.Path())
+			if err := b.thickCall(arm, conf, "ADD", sb); err != nil {
+				return err
+			}
+			defer b.thickCall(arm, conf, "DEL", sb)
+			if _, err := b.timeToStatus(running, without, func() error { return nil }); err != nil {
+				return fmt.Errorf("the running pod's status: %w", err)
+			}
+			d, err := b.timeToStatus(running, with, func() error { return b.setNetworks(running, nad) })
+			if err != nil {
 				return fmt.Errorf("hot-plug: %w", err)
 			}
+			rec("attach", d)
 			if d, err = b.timeToStatus(running, without, func() error { return b.setNetworks(running, "") }); err != nil {
 				return fmt.Errorf("hot-unplug: %w", err)
 			}
+			rec("detach", d)
 			return nil
 		}
-		add := func() error {
-			// A DEL leaves network-status as it was; without this, the
-			// next ADD's status would change nothing that a watch sees.
-			if err := b.setAnnotation(fresh, annotNetworkStatus, nil); err != nil {
-				return err
-			}
-			sb := b.newSandbox(fresh, nsFresh.Path())
-			var err error
-			fs, err = b.timeToStatus(fresh, with, func() error {
-				start := time.Now()
-				err := b.thickCall(arm, conf, "ADD", sb)
-				fa = time.Since(start)
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("fresh ADD: %w", err)
-			}
-			return b.thickCall(arm, conf, "DEL", sb)
+		// A DEL leaves network-status as it was; without this, the next
+		// ADD's status would change nothing that a watch sees.
+		if err := b.setAnnotation(fresh, annotNetworkStatus, nil); err != nil {
+			return err
 		}
-		steps := []func() error{hot, add}
-		if i%2 == 1 {
-			steps[0], steps[1] = add, hot
+		sb := b.newSandbox(fresh, nsFresh.Path())
+		d, err := b.timeToStatus(fresh, with, func() error {
+			start := time.Now()
+			err := b.thickCall(arm, conf, "ADD", sb)
+			rec("answer", time.Since(start))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("fresh ADD: %w", err)
 		}
-		for _, step := range steps {
-			if err := step(); err != nil {
-				return nil, err
-			}
-		}
-		if i >= warmup {
-			attach, detach, answer, status = append(attach, a), append(detach, d), append(answer, fa), append(status, fs)
-		}
-	}
-	k.Attach, k.Detach, k.FreshAnswer, k.FreshStatus = summarize(attach), summarize(detach), summarize(answer), summarize(status)
-	k.RatioP50 = ratio(k.Attach.P50, k.FreshStatus.P50)
-	return k, nil
+		rec("status", d)
+		return b.thickCall(arm, conf, "DEL", sb)
+	})
 }
 
 // thickCall runs ADD or DEL for sb through arm's shim.
@@ -229,17 +147,7 @@ func (b *bench) thickCall(arm *thickArm, conf *libcni.NetworkConfigList, verb st
 func (b *bench) thickCallWithin(arm *thickArm, conf *libcni.NetworkConfigList, verb string, sb *sandbox, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
-	rc := &libcni.RuntimeConf{ContainerID: sb.ContainerID, NetNS: sb.NetNS, IfName: "eth0", Args: sb.args(), CapabilityArgs: sb.capabilityArgs()}
-	var err error
-	if verb == "ADD" {
-		_, err = arm.runtime.AddNetworkList(ctx, conf, rc)
-	} else {
-		err = arm.runtime.DelNetworkList(ctx, conf, rc)
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s of pod %s: %w", verb, sb.ContainerID, sb.Pod.Obj.Name, err)
-	}
-	return nil
+	return cniCall(ctx, arm.runtime, conf, verb, sb)
 }
 
 // setNetworks sets the pod's networks annotation, as a user would.
@@ -257,18 +165,26 @@ func (b *bench) setAnnotation(p *podSpec, key string, value any) error {
 // ("annotations", "labels") with a merge patch, as a user or a controller
 // would, and keeps the pod's object as the update left it.
 func (b *bench) patchMeta(p *podSpec, field, key string, value any) error {
+	got, err := b.patchPod(p, field, key, value)
+	if err == nil {
+		p.Obj = got
+	}
+	return err
+}
+
+// patchPod is patchMeta's patch, which returns the updated pod.
+func (b *bench) patchPod(p *podSpec, field, key string, value any) (*corev1.Pod, error) {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]any{key: value}}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	got, err := b.k8s.CoreV1().Pods(p.Obj.Namespace).Patch(ctx, p.Obj.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return fmt.Errorf("patch pod %s: %w", p.Obj.Name, err)
+		return nil, fmt.Errorf("patch pod %s: %w", p.Obj.Name, err)
 	}
-	p.Obj = got
-	return nil
+	return got, nil
 }
 
 // timeToStatus watches the pod from its current version, runs act, and
@@ -334,18 +250,4 @@ func statusInterfaces(p *corev1.Pod) []string {
 		out = append(out, s.Interface)
 	}
 	return out
-}
-
-// print writes the section's table; nothing when it did not run.
-func (r *hotplugResult) print(w io.Writer) {
-	if r == nil {
-		return
-	}
-	fmt.Fprintf(w, "\nHot-plug (thick mode, %d interleaved rounds), ms p50 / p99: the annotation's update to network-status, against a fresh ADD of the same network\n", r.Rounds)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "delegates\tnetwork\thot-plug attach\thot-plug detach\tfresh ADD answer\tfresh ADD status\tattach / fresh status\t")
-	for _, k := range r.Kinds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f×\t\n", k.Delegates, k.Network, pp(k.Attach), pp(k.Detach), pp(k.FreshAnswer), pp(k.FreshStatus), k.RatioP50)
-	}
-	tw.Flush()
 }

@@ -35,28 +35,14 @@ import (
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 )
 
+// settings are the flags: iterations per section, which sections and
+// shapes run, and the baselines.
 type settings struct {
-	iterations, noopIterations, warmup int
-	freshIterations                    int
-	apiCalls                           int
-	rssRuns                            int
-	versionRuns                        int
-	concPods, concRounds               int
-	scaleCycles                        int
-	runtimeRounds                      int
-	runtimes                           string
-	clusterRounds, stormPods           int
-	only                               string
-	baseline, baselineShim             string
-	hotplugRounds, deviceIterations    int
-	updates                            int
-	webhookAdmissions                  int
-	// kinds and nets narrow the overhead section to some delegate sets and
-	// network counts.
-	kinds, nets string
-	// delPause is how long the overhead section waits between each ADD and
-	// its DEL.
-	delPause time.Duration
+	iterations, noopIterations, warmup, freshIterations, apiCalls, rssRuns, versionRuns int
+	concPods, concRounds, scaleCycles, runtimeRounds, clusterRounds, stormPods          int
+	hotplugRounds, deviceIterations, updates, webhookAdmissions                         int
+	runtimes, only, baseline, baselineShim, kinds, nets                                 string
+	delPause                                                                            time.Duration
 }
 
 func main() {
@@ -101,8 +87,9 @@ func main() {
 		}
 	}
 	if *quick {
-		s = settings{iterations: 5, noopIterations: 5, freshIterations: 5, warmup: 1, apiCalls: 3, rssRuns: 2, versionRuns: 20, concPods: 20, concRounds: 1, scaleCycles: 50, only: s.only, baseline: s.baseline, baselineShim: s.baselineShim,
-			hotplugRounds: 5, deviceIterations: 5, runtimeRounds: 5, updates: 5, clusterRounds: 3, stormPods: 20, kinds: s.kinds, nets: s.nets, webhookAdmissions: 20, runtimes: s.runtimes, delPause: s.delPause}
+		s.iterations, s.noopIterations, s.freshIterations, s.warmup, s.apiCalls, s.rssRuns, s.versionRuns = 5, 5, 5, 1, 3, 2, 20
+		s.concPods, s.concRounds, s.scaleCycles, s.hotplugRounds, s.deviceIterations = 20, 1, 50, 5, 5
+		s.runtimeRounds, s.updates, s.clusterRounds, s.stormPods, s.webhookAdmissions = 5, 5, 3, 20, 20
 	}
 	if err := run(s, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -112,6 +99,40 @@ func main() {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// meta describes the run and the machine.
+type meta struct {
+	Started      string         `json:"started"`
+	DurationSec  float64        `json:"duration_s"`
+	Host         string         `json:"host"`
+	CPUs         int            `json:"cpus"`
+	Kernel       string         `json:"kernel"`
+	GoVersion    string         `json:"go_version"`
+	Manifold     string         `json:"manifold_binary"`
+	About        string         `json:"manifold_about"`
+	Plugins      string         `json:"plugins_dir"`
+	LoadAvgStart string         `json:"loadavg_start"`
+	LoadAvgEnd   string         `json:"loadavg_end"`
+	Settings     map[string]int `json:"settings"`
+	// ProcessStarts is the machine's process-start probe (overhead section).
+	ProcessStarts *processStarts `json:"process_starts,omitempty"`
+	OwnTimeNote   string         `json:"own_time"`
+	APIServerNote string         `json:"api_server"`
+}
+
+// section is one part of the benchmark: it measures and adds its figures
+// to the report.
+type section struct {
+	name string
+	run  func(b *bench, s settings, r *report) error
+}
+
+// sections are the benchmark's sections, in the order they run.
+var sections = []section{
+	{"startup", runStartup}, {"overhead", runOverhead}, {"fresh", runFresh}, {"api", runAPI},
+	{"concurrency", runConcurrency}, {"scale", runScale}, {"hotplug", runHotplug}, {"updates", runUpdates},
+	{"devices", runDevices}, {"dra", runDRA}, {"webhook", runWebhook}, {"cluster", runCluster}, {"runtime", runRuntime},
 }
 
 func run(s settings, out string) (err error) {
@@ -124,7 +145,7 @@ func run(s settings, out string) (err error) {
 	go func() { <-ctx.Done(); stop() }()
 
 	started := time.Now()
-	res := &results{Meta: meta{
+	m := &meta{
 		Started:      started.UTC().Format(time.RFC3339),
 		CPUs:         runtime.NumCPU(),
 		GoVersion:    runtime.Version(),
@@ -134,12 +155,15 @@ func run(s settings, out string) (err error) {
 			"api_calls": s.apiCalls, "version_runs": s.versionRuns, "concurrent_pods": s.concPods,
 			"concurrent_rounds": s.concRounds, "scale_cycles": s.scaleCycles, "runtime_rounds": s.runtimeRounds, "updates": s.updates, "webhook_admissions": s.webhookAdmissions,
 		},
-	}}
-	res.Meta.Host, _ = os.Hostname()
+		OwnTimeNote: "manifold_own = manifold's process lifetime minus the time when at least one delegate process it started existed (their lifetimes overlap, since manifold starts the next delegate early), both from kernel process events (fork to exit)",
+	}
+	m.Host, _ = os.Hostname()
 	var uts syscall.Utsname
 	if syscall.Uname(&uts) == nil {
-		res.Meta.Kernel = utsString(uts.Release[:])
+		m.Kernel = utsString(uts.Release[:])
 	}
+	r := &report{}
+	r.set("meta", m)
 
 	b := &bench{ctx: ctx, baseline: s.baseline, baselineShim: s.baselineShim, delPause: s.delPause}
 	defer b.cleanup()
@@ -160,152 +184,92 @@ func run(s settings, out string) (err error) {
 	if err := b.setup(os.Getenv("MANIFOLD_BIN"), pluginsDir, bins); err != nil {
 		return fmt.Errorf("set up: %w", err)
 	}
-	res.Meta.Manifold, res.Meta.Plugins = b.manifold, b.plugins
-	res.Meta.About = about(b.manifold)
-	res.Meta.APIServerNote = filepath.Base(bins.KubeAPIServer) + " and " + filepath.Base(bins.Etcd) + " on 127.0.0.1, TLS, bearer token"
-	res.Meta.OwnTimeNote = "manifold_own = manifold's process lifetime minus the time when at least one delegate process it started existed (their lifetimes overlap, since manifold starts the next delegate early), both from kernel process events (fork to exit)"
+	m.Manifold, m.Plugins, m.About = b.manifold, b.plugins, about(b.manifold)
+	m.APIServerNote = filepath.Base(bins.KubeAPIServer) + " and " + filepath.Base(bins.Etcd) + " on 127.0.0.1, TLS, bearer token"
+	b.meta = m
 
-	want := func(section string) bool {
-		return s.only == "" || slices.Contains(splitList(s.only), section)
-	}
-
-	if want("startup") {
-		logf("start-up: %d VERSION runs each of manifold and noop", s.versionRuns)
-		if res.Startup, err = b.startup(s.versionRuns, 10); err != nil {
-			return fmt.Errorf("start-up: %w", err)
-		}
-	}
-	if want("overhead") {
-		nets, err := parseNets(s.nets)
-		if err != nil {
-			return err
-		}
-		if res.Meta.ProcessStarts, err = probeProcessStarts(b.ctx, filepath.Join(b.plugins, "noop"), 60); err != nil {
-			return err
-		}
-		logf("machine: %s", res.Meta.ProcessStarts.summary())
-		for _, kind := range splitList(s.kinds) {
-			if kind != kindReal && kind != kindNoop {
-				return fmt.Errorf("-kinds: %q is not a delegate set (real, noop)", kind)
-			}
-			for _, n := range nets {
-				iters := s.iterations
-				if kind == kindNoop {
-					iters = s.noopIterations
-				}
-				logf("overhead: %s delegates, %d networks, %d iterations", kind, n, iters)
-				o, err := b.overhead(kind, n, iters, s.warmup, s.rssRuns, false)
-				if err != nil {
-					return fmt.Errorf("overhead %s/%d: %w", kind, n, err)
-				}
-				res.Overhead = append(res.Overhead, o)
-			}
-		}
-		res.Targets = targets(res.Overhead)
-	}
-	if want("fresh") {
-		for _, kind := range []string{kindReal, kindNoop} {
-			logf("fresh pods: %s delegates, 3 networks, the pod written %v before each ADD, %d iterations", kind, freshDelay, s.freshIterations)
-			o, err := b.overhead(kind, 3, s.freshIterations, s.warmup, 0, true)
-			if err != nil {
-				return fmt.Errorf("fresh pods %s: %w", kind, err)
-			}
-			res.Fresh = append(res.Fresh, o)
-		}
-	}
-	if want("api") {
-		for _, run := range []struct {
-			arm   string
-			older bool
-		}{{armManifold, false}, {armThick, false}, {armManifold, true}} {
-			for _, n := range []int{1, 3, 8} {
-				label := run.arm
-				if run.older {
-					label += "-older-runtime"
-				}
-				logf("API requests: %s, %d networks, %d ADDs and DELs", label, n, s.apiCalls)
-				pod, err := b.createPod(fmt.Sprintf("api-%s-%d", label, n), kindNoop, n)
-				if err != nil {
-					return err
-				}
-				a, err := b.apiLoad(run.arm, pod, s.apiCalls, run.older)
-				if err != nil {
-					return fmt.Errorf("API requests %s %d: %w", label, n, err)
-				}
-				res.API = append(res.API, a)
-			}
-		}
-	}
-	if want("concurrency") {
-		logf("concurrency: %d pods at once, %d rounds per arm", s.concPods, s.concRounds)
-		if res.Concurrency, err = b.concurrency(s.concPods, s.concRounds, kindReal, 3); err != nil {
-			return fmt.Errorf("concurrency: %w", err)
-		}
-	}
-	if want("scale") {
-		if res.Scale, err = b.scale(s.scaleCycles, kindNoop, 3); err != nil {
-			return fmt.Errorf("scale: %w", err)
-		}
-	}
-	if want("hotplug") {
-		if res.Hotplug, err = b.hotplug(s.hotplugRounds, s.warmup); err != nil {
-			return fmt.Errorf("hotplug: %w", err)
-		}
-	}
-	if want("updates") {
-		logf("updates: %d label patches per arm of a pod whose record is near the size cap", s.updates)
-		if res.Updates, err = b.updates(s.updates); err != nil {
-			return fmt.Errorf("updates: %w", err)
-		}
-	}
-	if want("devices") {
-		if res.Devices, err = b.devices(s.deviceIterations, s.warmup); err != nil {
-			return fmt.Errorf("devices: %w", err)
-		}
-	}
-	if want("dra") {
-		if res.DRA, err = b.dra(s.deviceIterations, s.warmup); err != nil {
-			return fmt.Errorf("dra: %w", err)
-		}
-	}
-	if want("webhook") {
-		logf("webhook: %d creates per object kind, with and without the admission webhook", s.webhookAdmissions)
-		if res.Webhook, err = b.webhookBench(s.webhookAdmissions, s.warmup); err != nil {
-			return fmt.Errorf("webhook: %w", err)
-		}
-	}
-
-	if want("cluster") {
-		logf("cluster: a one-node cluster, %d rounds per mode, storms of %d pods", s.clusterRounds, s.stormPods)
-		if res.Cluster, err = b.clusterBench(s.clusterRounds, s.stormPods); err != nil {
-			return fmt.Errorf("cluster: %w", err)
-		}
-	}
-
-	if want("runtime") {
-		for _, kind := range splitList(s.runtimes) {
-			logf("runtime: RunPodSandbox through %s, %d rounds per arm (direct, manifold, thick)", kind, s.runtimeRounds)
-			r, err := b.sandboxes(kind, s.runtimeRounds, 2)
-			if err != nil {
-				return fmt.Errorf("runtime (%s): %w", kind, err)
-			}
-			if kind == runtimeCRIO {
-				res.RuntimeCRIO = r
-			} else {
-				res.Runtime = r
+	for _, sec := range sections {
+		if s.only == "" || slices.Contains(splitList(s.only), sec.name) {
+			if err := sec.run(b, s, r); err != nil {
+				return fmt.Errorf("%s: %w", sec.name, err)
 			}
 		}
 	}
 
-	res.Meta.LoadAvgEnd = loadAvg()
-	res.Meta.DurationSec = time.Since(started).Round(time.Second).Seconds()
-	res.printTable(os.Stdout)
+	m.LoadAvgEnd = loadAvg()
+	m.DurationSec = time.Since(started).Round(time.Second).Seconds()
+	w := r.out("header")
+	fmt.Fprintf(w, "\nmanifold benchmark: %s, %d CPUs, kernel %s, load %s → %s, %.0fs\n",
+		m.Started, m.CPUs, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd, m.DurationSec)
+	fmt.Fprintf(w, "manifold: %s\n", m.About)
+	if m.ProcessStarts != nil {
+		fmt.Fprintf(w, "machine: %s\n", m.ProcessStarts.summary())
+	}
+	r.print(os.Stdout)
 	if out != "" {
-		if err := res.writeJSON(out); err != nil {
+		if err := r.writeJSON(out); err != nil {
 			return err
 		}
 		logf("wrote %s", out)
 	}
+	return nil
+}
+
+// runOverhead is the overhead section: the process-start probe, then each
+// delegate set and network count of -kinds and -nets.
+func runOverhead(b *bench, s settings, r *report) error {
+	nets, err := parseNets(s.nets)
+	if err != nil {
+		return err
+	}
+	if b.meta.ProcessStarts, err = probeProcessStarts(b.ctx, filepath.Join(b.plugins, "noop"), 60); err != nil {
+		return err
+	}
+	logf("machine: %s", b.meta.ProcessStarts.summary())
+	var shapes []*shape
+	for _, kind := range splitList(s.kinds) {
+		if kind != kindReal && kind != kindNoop {
+			return fmt.Errorf("-kinds: %q is not a delegate set (real, noop)", kind)
+		}
+		for _, n := range nets {
+			iters := s.iterations
+			if kind == kindNoop {
+				iters = s.noopIterations
+			}
+			logf("overhead: %s delegates, %d networks, %d iterations", kind, n, iters)
+			sh, err := b.overhead(kind, n, iters, s.warmup, s.rssRuns, false)
+			if err != nil {
+				return fmt.Errorf("%s/%d: %w", kind, n, err)
+			}
+			shapes = append(shapes, sh)
+		}
+	}
+	if len(shapes) == 0 {
+		return nil
+	}
+	r.set("overhead", shapes)
+	if ts := targets(shapes); len(ts) > 0 {
+		r.set("targets", ts)
+	}
+	printOverhead(r.out("overhead"), shapes, b.meta.ProcessStarts)
+	printRSS(r.out("rss"), shapes)
+	return nil
+}
+
+// runFresh is the overhead section's 3-network case with the pod written
+// just before each ADD (bench/fresh.go).
+func runFresh(b *bench, s settings, r *report) error {
+	var shapes []*shape
+	for _, kind := range []string{kindReal, kindNoop} {
+		logf("fresh pods: %s delegates, 3 networks, the pod written %v before each ADD, %d iterations", kind, freshDelay, s.freshIterations)
+		sh, err := b.overhead(kind, 3, s.freshIterations, s.warmup, 0, true)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+		shapes = append(shapes, sh)
+	}
+	r.set("fresh_pod", shapes)
+	printFresh(r.out("fresh"), shapes)
 	return nil
 }
 
@@ -340,6 +304,18 @@ func parseNets(v string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func utsString(b []int8) string {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -16,32 +14,20 @@ import (
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
-// runtimeResult is the figure a user feels: the time from RunPodSandbox to a
+// runRuntime is the figure a user feels: the time from RunPodSandbox to a
 // ready sandbox, through a real runtime with runc (e2e/crinode: containerd
-// 2.x or CRI-O 1.35), with the runtime calling manifold (thin and thick) and,
-// as the reference, with the runtime calling the same default network's
-// conflist itself. Each arm has its own runtime; the arms take turns within
-// every round.
-type runtimeResult struct {
-	// Runtime is the runtime of every arm: "containerd" or "crio".
-	Runtime   string `json:"runtime"`
-	Rounds    int    `json:"rounds"`
-	Delegates string `json:"delegates"`
-	// Direct is the runtime calling the delegates' conflist itself.
-	Direct   dist `json:"direct"`
-	Manifold dist `json:"manifold"`
-	Thick    dist `json:"thick"`
-	// Ratios of medians to Direct's; Overhead is the per-round difference
-	// manifold minus direct.
-	RatioP50      float64 `json:"ratio_p50"`
-	ThickRatioP50 float64 `json:"thick_ratio_p50"`
-	Overhead      dist    `json:"overhead"`
-	// PairedRatioP50 is the median over rounds of manifold's time over
-	// direct's in the same round, which the load of the moment affects less
-	// than the ratio of the medians.
-	PairedRatioP50      float64 `json:"paired_ratio_p50"`
-	ThickPairedRatioP50 float64 `json:"thick_paired_ratio_p50"`
-	Note                string  `json:"note"`
+// 2.x or CRI-O 1.35, each of -runtimes), with the runtime calling manifold
+// (thin and thick) and, as the reference, with the runtime calling the same
+// default network's conflist itself. Each arm has its own runtime; the arms
+// take turns within every round.
+func runRuntime(b *bench, s settings, r *report) error {
+	for _, kind := range splitList(s.runtimes) {
+		logf("runtime: RunPodSandbox through %s, %d rounds per arm (direct, manifold, thick)", kind, s.runtimeRounds)
+		if err := b.sandboxes(r, kind, s.runtimeRounds, 2); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+	}
+	return nil
 }
 
 // The runtimes of the runtime section (-runtimes), as crinode.Node's Kind
@@ -126,104 +112,81 @@ func (b *bench) startRuntimeArm(kind, name, binDir string, conflist []byte) (*ru
 // sandboxes measures rounds of RunPodSandbox → ready on each arm, all on the
 // runtime kind, the arms in a rotating order, each sandbox stopped and
 // removed (not timed) before the next.
-func (b *bench) sandboxes(kind string, rounds, warmup int) (*runtimeResult, error) {
+func (b *bench) sandboxes(r *report, kind string, rounds, warmup int) error {
 	manifoldList, err := b.manifoldConfList(kindReal, b.binDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	thickList, err := b.thickConfList(kindReal, b.thick)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	direct, err := b.startRuntimeArm(kind, "direct", b.binDir, []byte(b.networkDef(kindReal, 0).Conf))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	thin, err := b.startRuntimeArm(kind, "manifold", b.binDir, manifoldList.Bytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	thick, err := b.startRuntimeArm(kind, "thick", b.thick.dir, thickList.Bytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	arms := []*runtimeArm{direct, thin, thick}
 	// One pod per runtime: the sections run one after the other on one API.
 	pod, err := b.createPod("runtime-"+kind, kindReal, 1)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	annotations := testenv.KubeletAnnotations(pod.Obj.Annotations, pod.Obj.CreationTimestamp.Time)
-	walls := make([][]time.Duration, len(arms))
-	for round := -warmup; round < rounds; round++ {
-		for k := range arms {
-			i := (k + round + warmup) % len(arms)
-			a := arms[i]
-			cfg := a.node.SandboxConfig(pod.Obj.Namespace, pod.Obj.Name, string(pod.Obj.UID), annotations)
-			// Each sandbox is a new attempt of the pod, as after a restart.
-			cfg.Metadata.Attempt = uint32(round + warmup)
-			start := time.Now()
-			id, err := a.node.RunSandbox(b.ctx, cfg)
-			wall := time.Since(start)
-			if err != nil {
-				return nil, fmt.Errorf("%s: RunPodSandbox: %w", a.name, err)
-			}
-			st, err := a.node.CRIClient().Runtime.PodSandboxStatus(b.ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
-			if err != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY || st.Status.GetNetwork().GetIp() == "" {
-				return nil, fmt.Errorf("%s: sandbox %s not ready with an IP after RunPodSandbox: %v %v", a.name, id, st.GetStatus(), err)
-			}
-			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-			err = a.node.StopRemove(ctx, id)
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", a.name, err)
-			}
-			if round >= 0 {
-				walls[i] = append(walls[i], wall)
-			}
+	arms := map[string]*runtimeArm{"direct": direct, "manifold": thin, "thick": thick}
+	st, err := b.trial([]string{"direct", "manifold", "thick"}, warmup, rounds).run(func(it int, name string, rec record) error {
+		a := arms[name]
+		cfg := a.node.SandboxConfig(pod.Obj.Namespace, pod.Obj.Name, string(pod.Obj.UID), annotations)
+		// Each sandbox is a new attempt of the pod, as after a restart.
+		cfg.Metadata.Attempt = uint32(it)
+		start := time.Now()
+		id, err := a.node.RunSandbox(b.ctx, cfg)
+		rec("", time.Since(start))
+		if err != nil {
+			return fmt.Errorf("%s: RunPodSandbox: %w", a.name, err)
 		}
+		st, err := a.node.CRIClient().Runtime.PodSandboxStatus(b.ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+		if err != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY || st.Status.GetNetwork().GetIp() == "" {
+			return fmt.Errorf("%s: sandbox %s not ready with an IP after RunPodSandbox: %v %v", a.name, id, st.GetStatus(), err)
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		defer cancel()
+		if err := a.node.StopRemove(ctx, id); err != nil {
+			return fmt.Errorf("%s: %w", a.name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	diff := make([]time.Duration, rounds)
-	for i := range diff {
-		diff[i] = walls[1][i] - walls[0][i]
+	delegates := "bridge + host-local (the default network)"
+	section := "runtime"
+	if kind == runtimeCRIO {
+		section = "runtime_crio"
 	}
-	r := &runtimeResult{
-		Runtime:   kind,
-		Rounds:    rounds,
-		Delegates: "bridge + host-local (the default network)",
-		Direct:    summarize(walls[0]),
-		Manifold:  summarize(walls[1]),
-		Thick:     summarize(walls[2]),
-		Overhead:  summarize(diff),
-		Note:      runtimeNotes[kind],
-	}
-	r.RatioP50 = ratio(r.Manifold.P50, r.Direct.P50)
-	r.ThickRatioP50 = ratio(r.Thick.P50, r.Direct.P50)
-	r.PairedRatioP50 = pairedRatio(walls[1], walls[0])
-	r.ThickPairedRatioP50 = pairedRatio(walls[2], walls[0])
-	return r, nil
+	r.set(section, obj{{"runtime", kind}, {"rounds", rounds}, {"delegates", delegates},
+		{"direct", st.dist("direct")}, {"manifold", st.dist("manifold")}, {"thick", st.dist("thick")},
+		{"ratio_p50", st.ratio("manifold", "direct")}, {"thick_ratio_p50", st.ratio("thick", "direct")},
+		{"overhead", st.diff("manifold", "direct")}, {"paired_ratio_p50", st.paired("manifold", "direct")},
+		{"thick_paired_ratio_p50", st.paired("thick", "direct")}, {"note", runtimeNotes[kind]}})
+	w := r.out("runtime")
+	fmt.Fprintf(w, "\nRunPodSandbox to ready through %s + runc, ms p50 / p99 (%d rounds, arms interleaved; %s)\n", kind, rounds, delegates)
+	fmt.Fprintf(w, "  %-47s%s\n", "direct ("+kind+" calls the conflist itself)", pp(st.dist("direct")))
+	fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×, overhead p50 %.1f ms\n", "manifold", pp(st.dist("manifold")),
+		st.ratio("manifold", "direct"), st.paired("manifold", "direct"), st.diff("manifold", "direct").P50)
+	fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", "thick (manifold-shim + daemon)", pp(st.dist("thick")),
+		st.ratio("thick", "direct"), st.paired("thick", "direct"))
+	return nil
 }
 
 var runtimeNotes = map[string]string{
 	runtimeContainerd: "containerd 2.x with runc, native snapshotter, driven over the CRI; one containerd per arm; wall time of RunPodSandbox, which returns once the sandbox is ready with its network",
 	runtimeCRIO: "CRI-O 1.35 with runc and conmon, vfs storage, no infra container (PID namespace per container), driven over the CRI; one CRI-O per arm; wall time of RunPodSandbox, which returns once the sandbox is ready with its network, " +
 		"its ADD followed by the CHECK through which CRI-O reads the result (in every arm)",
-}
-
-// pairedRatio is the median of a[i]/b[i].
-func pairedRatio(a, b []time.Duration) float64 {
-	rs := make([]float64, len(a))
-	for i := range a {
-		rs[i] = ratio(ms(a[i]), ms(b[i]))
-	}
-	slices.Sort(rs)
-	return round3(median(rs))
-}
-
-// print writes the runtime section of the report.
-func (r *runtimeResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\nRunPodSandbox to ready through %s + runc, ms p50 / p99 (%d rounds, arms interleaved; %s)\n", r.Runtime, r.Rounds, r.Delegates)
-	fmt.Fprintf(w, "  %-47s%s\n", "direct ("+r.Runtime+" calls the conflist itself)", pp(r.Direct))
-	fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×, overhead p50 %.1f ms\n", "manifold", pp(r.Manifold), r.RatioP50, r.PairedRatioP50, r.Overhead.P50)
-	fmt.Fprintf(w, "  %-47s%s   ratio of p50s %.3f×, per-round ratio p50 %.3f×\n", "thick (manifold-shim + daemon)", pp(r.Thick), r.ThickRatioP50, r.ThickPairedRatioP50)
 }

@@ -2,163 +2,111 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"sync"
-	"time"
 )
 
-// scaleResult is many sequential pods through one node's manifold.
-type scaleResult struct {
-	Cycles    int    `json:"cycles"`
-	Delegates string `json:"delegates"`
-	Networks  int    `json:"networks"`
-	Window    int    `json:"window"`
-	Add       dist   `json:"add"`
-	Del       dist   `json:"del"`
-	// AddFirst and AddLast are the first and last Window ADDs; AddGrowth is
-	// the ratio of their medians.
-	AddFirst  dist    `json:"add_first"`
-	AddLast   dist    `json:"add_last"`
-	AddGrowth float64 `json:"add_growth_p50"`
-	DelFirst  dist    `json:"del_first"`
-	DelLast   dist    `json:"del_last"`
-	DelGrowth float64 `json:"del_growth_p50"`
-	// AddSlope and DelSlope are least-squares slopes of time against cycle
-	// index, in milliseconds per 1000 cycles.
-	AddSlope float64 `json:"add_slope_ms_per_1000"`
-	DelSlope float64 `json:"del_slope_ms_per_1000"`
-	// AddOwnFirst and AddOwnLast are manifold's own time in the first and
-	// last Window ADDs (kernel process events), free of the delegates' noise.
-	AddOwnFirst *dist `json:"add_own_first,omitempty"`
-	AddOwnLast  *dist `json:"add_own_last,omitempty"`
-	// Every cycle also runs the direct reference (the same delegates with no
-	// manifold), back to back, as a control for the machine's load: RatioFirst
-	// and RatioLast are manifold's median over the reference's in the first
-	// and last Window cycles, and RatioGrowth their quotient. On a shared
-	// machine this is the figure that says whether manifold slows down as it
-	// handles more pods.
-	RefAddFirst dist    `json:"reference_add_first"`
-	RefAddLast  dist    `json:"reference_add_last"`
-	RatioFirst  float64 `json:"add_ratio_first"`
-	RatioLast   float64 `json:"add_ratio_last"`
-	RatioGrowth float64 `json:"add_ratio_growth"`
-	// Leftovers are the files left in manifold's cniDir (records, lock files,
-	// libcni cache entries) and in the runtime's cache after the last DEL.
-	Leftovers        []string `json:"leftover_files"`
-	RuntimeLeftovers []string `json:"runtime_leftover_files"`
-	// ReferenceLeftovers is the reference runtime's cache, for comparison.
-	ReferenceLeftovers []string `json:"reference_leftover_files"`
-}
-
-// scale creates cycles pods, then runs ADD and DEL for each in turn, each under
-// its own container ID, so manifold sees as many distinct pods as cycles. Each
-// cycle also runs the direct reference for the same pod, alternating which
-// goes first.
-func (b *bench) scale(cycles int, kind string, networks int) (*scaleResult, error) {
+// runScale creates -scale pods, then runs ADD and DEL for each in turn, each
+// under its own container ID, so manifold sees as many distinct pods as
+// cycles. Each cycle also runs the direct reference for the same pod, the two
+// going first in turn, as a control for the machine's load: the ratio of
+// manifold's median to the reference's in the first and the last window of
+// cycles says whether manifold slows down as it handles more pods. The files
+// left in manifold's cniDir and in the runtimes' caches are listed after.
+func runScale(b *bench, s settings, r *report) error {
+	cycles, kind, networks := s.scaleCycles, kindNoop, 3
 	logf("scale: creating %d pods", cycles)
 	pods := make([]*podSpec, cycles)
-	var mu sync.Mutex
-	var firstErr error
+	errs := make([]error, cycles)
 	var wg sync.WaitGroup
 	next := make(chan int)
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range 4 {
+		wg.Go(func() {
 			for i := range next {
-				p, err := b.createPod(fmt.Sprintf("scale-%04d", i), kind, networks)
-				mu.Lock()
-				pods[i] = p
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
+				pods[i], errs[i] = b.createPod(fmt.Sprintf("scale-%04d", i), kind, networks)
 			}
-		}()
+		})
 	}
 	for i := 0; i < cycles && b.ctx.Err() == nil; i++ {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := b.ctx.Err(); err != nil {
-		return nil, err
+	for _, err := range append(errs, b.ctx.Err()) {
+		if err != nil {
+			return err
+		}
 	}
 	netns, err := b.newNetNS()
 	if err != nil {
-		return nil, err
+		return err
 	}
-
 	logf("scale: %d ADD/DEL cycles", cycles)
-	adds := make([]time.Duration, 0, cycles)
-	dels := make([]time.Duration, 0, cycles)
-	refs := make([]time.Duration, 0, cycles)
-	var owns []time.Duration
-	for i, p := range pods {
-		if err := b.ctx.Err(); err != nil {
-			return nil, err
+	st, err := b.trial([]string{armManifold, armDirect}, 0, cycles).run(func(i int, arm string, rec record) error {
+		a, d, err := b.addDel(arm, pods[i], netns.Path(), 0)
+		if err != nil {
+			return fmt.Errorf("cycle %d (%s): %w", i, arm, err)
 		}
-		var a, d, ra sample
-		for k := 0; k < 2; k++ {
-			if (i+k)%2 == 0 {
-				if a, d, err = b.addDel(armManifold, p, netns.Path(), 0); err != nil {
-					return nil, fmt.Errorf("cycle %d: %w", i, err)
-				}
-			} else if ra, _, err = b.addDel(armDirect, p, netns.Path(), 0); err != nil {
-				return nil, fmt.Errorf("cycle %d (reference): %w", i, err)
-			}
+		rec("ADD", a.Wall)
+		rec("DEL", d.Wall)
+		if b.watch != nil && arm == armManifold {
+			rec("ADD own", a.Own())
 		}
-		if b.watch != nil && i%50 == 49 {
-			b.watch.pruneRoot()
-		}
-		refs = append(refs, ra.Wall)
-		adds = append(adds, a.Wall)
-		dels = append(dels, d.Wall)
-		if b.watch != nil {
-			owns = append(owns, a.Own())
-		}
-		if (i+1)%250 == 0 {
+		if arm == armDirect && (i+1)%250 == 0 {
 			logf("scale: %d cycles done", i+1)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-
 	w := min(100, max(1, cycles/10))
-	r := &scaleResult{
-		Cycles: cycles, Delegates: kind, Networks: networks, Window: w,
-		Add: summarize(adds), Del: summarize(dels),
-		AddFirst: summarize(adds[:w]), AddLast: summarize(adds[len(adds)-w:]),
-		DelFirst: summarize(dels[:w]), DelLast: summarize(dels[len(dels)-w:]),
-		AddSlope: slopePer1000(adds), DelSlope: slopePer1000(dels),
+	win := func(k string, last bool) dist {
+		if last {
+			return summarizeMS(st[k][len(st[k])-w:])
+		}
+		return summarizeMS(st[k][:w])
 	}
-	r.AddGrowth = ratio(r.AddLast.P50, r.AddFirst.P50)
-	r.RefAddFirst, r.RefAddLast = summarize(refs[:w]), summarize(refs[len(refs)-w:])
-	r.RatioFirst = ratio(r.AddFirst.P50, r.RefAddFirst.P50)
-	r.RatioLast = ratio(r.AddLast.P50, r.RefAddLast.P50)
-	r.RatioGrowth = ratio(r.RatioLast, r.RatioFirst)
-	if len(owns) == len(adds) {
-		first, last := summarize(owns[:w]), summarize(owns[len(owns)-w:])
-		r.AddOwnFirst, r.AddOwnLast = &first, &last
+	add, del, ref, own := key(armManifold, "ADD"), key(armManifold, "DEL"), key(armDirect, "ADD"), key(armManifold, "ADD own")
+	ratioFirst, ratioLast := ratio(win(add, false).P50, win(ref, false).P50), ratio(win(add, true).P50, win(ref, true).P50)
+	var ownFirst, ownLast any
+	if len(st[own]) == cycles {
+		ownFirst, ownLast = win(own, false), win(own, true)
 	}
-	r.DelGrowth = ratio(r.DelLast.P50, r.DelFirst.P50)
-	if r.Leftovers, err = listFiles(b.cniDir); err != nil {
-		return nil, err
+	var left [3][]string
+	for i, dir := range []string{b.cniDir, b.runtimeCache, b.directCache} {
+		if left[i], err = listFiles(dir); err != nil {
+			return err
+		}
 	}
-	if r.RuntimeLeftovers, err = listFiles(b.runtimeCache); err != nil {
-		return nil, err
-	}
-	if r.ReferenceLeftovers, err = listFiles(b.directCache); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
+	r.set("scale", obj{{"cycles", cycles}, {"delegates", kind}, {"networks", networks}, {"window", w},
+		{"add", st.dist(add)}, {"del", st.dist(del)}, {"add_first", win(add, false)}, {"add_last", win(add, true)},
+		{"add_growth_p50", ratio(win(add, true).P50, win(add, false).P50)}, {"del_first", win(del, false)}, {"del_last", win(del, true)},
+		{"del_growth_p50", ratio(win(del, true).P50, win(del, false).P50)},
+		{"add_slope_ms_per_1000", slopePer1000(st[add])}, {"del_slope_ms_per_1000", slopePer1000(st[del])},
+		{"add_own_first", ownFirst}, {"add_own_last", ownLast},
+		{"reference_add_first", win(ref, false)}, {"reference_add_last", win(ref, true)},
+		{"add_ratio_first", ratioFirst}, {"add_ratio_last", ratioLast}, {"add_ratio_growth", ratio(ratioLast, ratioFirst)},
+		{"leftover_files", left[0]}, {"runtime_leftover_files", left[1]}, {"reference_leftover_files", left[2]}})
 
-func slopePer1000(ds []time.Duration) float64 {
-	v := make([]float64, len(ds))
-	for i, d := range ds {
-		v[i] = ms(d)
+	out := r.out("scale")
+	fmt.Fprintf(out, "\nScale: %d sequential pods (%s, %d nets), ms p50 / p99\n", cycles, kind, networks)
+	for _, v := range []string{add, del} {
+		first, last := win(v, false), win(v, true)
+		fmt.Fprintf(out, "  %s first %d %s, last %d %s, growth %.3f×, slope %+.2f ms per 1000 pods\n", v[len(armManifold)+1:], w, pp(first), w, pp(last),
+			ratio(last.P50, first.P50), slopePer1000(st[v]))
 	}
-	return math.Round(slope(v)*1000*1000) / 1000
+	fmt.Fprintf(out, "  direct reference ADD first %d %s, last %d %s; manifold/direct p50 first %.3f×, last %.3f×, growth %.3f×\n",
+		w, pp(win(ref, false)), w, pp(win(ref, true)), ratioFirst, ratioLast, ratio(ratioLast, ratioFirst))
+	if ownFirst != nil {
+		fmt.Fprintf(out, "  manifold's own time per ADD: first %d %s, last %d %s\n", w, pp(win(own, false)), w, pp(win(own, true)))
+	}
+	fmt.Fprintf(out, "  files left in cniDir: %d, in the runtime's cache: %d\n", len(left[0]), len(left[1]))
+	for i, f := range append(left[0], left[1]...) {
+		if i == 10 {
+			fmt.Fprintf(out, "    …\n")
+			break
+		}
+		fmt.Fprintf(out, "    %s\n", f)
+	}
+	return nil
 }

@@ -10,18 +10,19 @@ import (
 // The targets are read from the real 3- and 8-network shapes: each figure is
 // the ratio its target names, and met says whether it is within the limit.
 func TestTargets(t *testing.T) {
-	shape := func(n int, thick, conc, thin, ref, base []int) *overheadResult {
-		v := verbSamples{manifold: msList(thin...), reference: msList(ref...), overhead: msList(thin...), thick: msList(thick...), thickConcurrent: msList(conc...)}
+	mk := func(n int, thick, conc, thin, ref, base []float64) *shape {
+		vals := map[string][]float64{armManifold: thin, armDirect: ref, armThick: thick, armThickConcurrent: conc}
 		if base != nil {
-			v.baseline = msList(base...)
+			vals[armBaseline] = base
 		}
-		r := v.result()
-		return &overheadResult{Delegates: kindReal, Networks: n, Add: r, Del: r, DaemonCPUPerAddDel: 7.5}
+		sh := testShape(kindReal, n, vals)
+		sh.cpu[armThick] = 7.5
+		return sh
 	}
-	three := shape(3, []int{90, 94, 98}, []int{80, 84, 88}, []int{100, 102, 104}, []int{100, 100, 100}, []int{104, 105, 106})
-	eight := shape(8, []int{180}, []int{150}, []int{210}, []int{200}, nil)
+	three := mk(3, []float64{90, 94, 98}, []float64{80, 84, 88}, []float64{100, 102, 104}, []float64{100, 100, 100}, []float64{104, 105, 106})
+	eight := mk(8, []float64{180}, []float64{150}, []float64{210}, []float64{200}, nil)
 	got := map[string]target{}
-	for _, tg := range targets([]*overheadResult{three, eight}) {
+	for _, tg := range targets([]*shape{three, eight}) {
 		got[tg.What] = tg
 	}
 	want := map[string]struct {
@@ -49,10 +50,10 @@ func TestTargets(t *testing.T) {
 
 	// Over a limit is not met, and a DEL as slow as thin's is not below it;
 	// without a baseline arm, the thin ADD target cannot be judged.
-	slow := shape(3, []int{99}, []int{90}, []int{99}, []int{100}, nil)
-	slow.DaemonCPUPerAddDel = 12.25
+	slow := mk(3, []float64{99}, []float64{90}, []float64{99}, []float64{100}, nil)
+	slow.cpu[armThick] = 12.25
 	var out strings.Builder
-	printTargets(&out, []*overheadResult{slow}, nil)
+	printTargets(&out, []*shape{slow}, nil)
 	rows := map[string][]string{
 		"daemon ADD, real 3 nets, ≤ 0.98× direct":      {"0.990×", "0.980×", "NO"},
 		"daemon DEL below thin DEL, real 3 nets":       {"1.000×", "1.000×", "NO"},
@@ -76,16 +77,14 @@ func TestTargets(t *testing.T) {
 // The targets table names a machine whose process starts do not overlap, and
 // only such a machine.
 func TestTargetsNameSerialProcessStarts(t *testing.T) {
-	shape := &overheadResult{Delegates: kindReal, Networks: 3}
-	v := verbSamples{manifold: msList(110), reference: msList(100), overhead: msList(10), thick: msList(104)}
-	shape.Add, shape.Del = v.result(), v.result()
+	sh := testShape(kindReal, 3, map[string][]float64{armManifold: {110}, armDirect: {100}, armThick: {104}})
 	for _, tc := range []struct {
 		speedup float64
 		named   bool
 	}{{0.91, true}, {1.24, true}, {1.25, false}, {1.9, false}} {
 		var out strings.Builder
 		starts := &processStarts{Streams: 2, Speedup: tc.speedup}
-		printTargets(&out, []*overheadResult{shape}, starts)
+		printTargets(&out, []*shape{sh}, starts)
 		if got := strings.Contains(out.String(), "need that overlap"); got != tc.named {
 			t.Errorf("speedup %.2f: the table names the machine: %v, want %v:\n%s", tc.speedup, got, tc.named, out.String())
 		}

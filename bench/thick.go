@@ -2,17 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
 )
 
@@ -39,21 +36,14 @@ type thickArm struct {
 	runtime     *libcni.CNIConfig
 }
 
-// setupThick starts the thick arm, and the thick baseline arm when -baseline
-// or -baseline-shim was given.
+// setupThick starts the thick arms, and the thick baseline arm when
+// -baseline or -baseline-shim was given.
 func (b *bench) setupThick() error {
 	shim := os.Getenv("MANIFOLD_SHIM")
 	if shim == "" {
-		root, err := controlplane.RepoRoot()
-		if err != nil {
-			return err
-		}
 		shim = filepath.Join(b.dir, "manifold-shim")
-		cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", shim, "./cmd/manifold-shim")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build manifold-shim: %w: %s", err, msg)
+		if err := b.goBuild(shim, "./cmd/manifold-shim", "-ldflags", "-s -w"); err != nil {
+			return err
 		}
 	}
 	var err error
@@ -69,7 +59,7 @@ func (b *bench) setupThick() error {
 	daemon, baseShim := b.manifold, shim
 	if b.baseline != "" {
 		daemon = b.baseline
-		if !hasDaemon(daemon) {
+		if !strings.Contains(daemonUsage(daemon), "-socket") {
 			// A revision from before thick mode: the thin baseline arm only.
 			logf("-baseline %s has no daemon mode: no thick baseline arm", daemon)
 			return nil
@@ -82,13 +72,28 @@ func (b *bench) setupThick() error {
 	return err
 }
 
-// startThickArm builds a bin dir under the bench dir named name (the
-// plugins, shim as manifold-shim, and manifold for the shim's fallback), and
-// starts manifold as the daemon on a socket of its own.
+// startThickArm starts a daemon for an arm of the overhead section, with
+// the bench's cniDir, any MANIFOLD_BENCH_DAEMON_FLAGS (to measure the
+// daemons as a node runs them: "--node-name <benchNode>" turns hot-plug's
+// pod watch on for the bench's pods), and for the daemon under test
+// MANIFOLD_BENCH_DAEMON_PROFILE's CPU profile (docs/performance.md).
 func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
+	flags := strings.Fields(os.Getenv("MANIFOLD_BENCH_DAEMON_FLAGS"))
+	if prof := os.Getenv("MANIFOLD_BENCH_DAEMON_PROFILE"); prof != "" && name == "thick" {
+		flags = append(flags, "--cpu-profile", prof)
+	}
+	return b.startDaemon(name, manifold, shim, b.cniDir, flags...)
+}
+
+// startDaemon makes a bin dir under the bench dir named name (the plugins,
+// shim as manifold-shim, and manifold for the shim's fallback), and starts
+// manifold as the daemon on a socket of its own, with cniDir and flags.
+func (b *bench) startDaemon(name, manifold, shim, cniDir string, flags ...string) (*thickArm, error) {
 	a := &thickArm{dir: filepath.Join(b.dir, name+"-bin"), socket: filepath.Join(b.dir, name+"-daemon", "manifold.sock")}
-	if err := os.Mkdir(a.dir, 0o755); err != nil {
-		return nil, err
+	for _, d := range []string{a.dir, cniDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if err := testenv.LinkBinDir(a.dir, b.plugins, manifold); err != nil {
 		return nil, err
@@ -99,18 +104,8 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 	// The daemon's flags fix the config's node paths (thickConfList's keys).
 	// A -baseline daemon that predates those flags takes the paths from
 	// each config instead, and would refuse the flags.
-	var flags []string
-	if daemonTakesNodeFlags(manifold) {
-		flags = []string{"--bin-dir", a.dir, "--cni-dir", b.cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}
-	}
-	// MANIFOLD_BENCH_DAEMON_FLAGS adds flags to all the daemons, to measure
-	// them as a node runs them: "--node-name <benchNode>" turns hot-plug's
-	// pod watch on for the bench's pods (docs/performance.md).
-	flags = append(flags, strings.Fields(os.Getenv("MANIFOLD_BENCH_DAEMON_FLAGS"))...)
-	// MANIFOLD_BENCH_DAEMON_PROFILE names a file for the Go CPU profile of
-	// the daemon under test over the whole run (docs/performance.md).
-	if prof := os.Getenv("MANIFOLD_BENCH_DAEMON_PROFILE"); prof != "" && name == "thick" {
-		flags = append(flags, "--cpu-profile", prof)
+	if strings.Contains(daemonUsage(manifold), "-bin-dir") {
+		flags = append([]string{"--bin-dir", a.dir, "--cni-dir", cniDir, "--conf-dir", b.netDir, "--kubeconfig", b.cp.KubeconfigPath}, flags...)
 	}
 	daemon, err := testenv.RunDaemon(manifold, a.socket, os.Stderr, flags...)
 	if err != nil {
@@ -124,6 +119,16 @@ func (b *bench) startThickArm(name, manifold, shim string) (*thickArm, error) {
 	})
 	a.runtime = libcni.NewCNIConfigWithCacheDir([]string{a.dir}, b.runtimeCache, &benchExec{})
 	return a, nil
+}
+
+// sectionDaemon is a daemon of a section's own, of the manifold under test
+// or another, with the thick arm's shim.
+func (b *bench) sectionDaemon(name, manifold, cniDir string, flags ...string) (*thickArm, error) {
+	shim, err := os.Readlink(filepath.Join(b.thick.dir, "manifold-shim"))
+	if err != nil {
+		return nil, err
+	}
+	return b.startDaemon(name, manifold, shim, cniDir, flags...)
 }
 
 // thickArmOf is the daemon behind a thick arm, or nil for other arms.
@@ -158,12 +163,19 @@ func (b *bench) thickConfList(kind string, a *thickArm) (*libcni.NetworkConfigLi
 	if err != nil {
 		return nil, err
 	}
+	return withKeys(list, map[string]any{"type": "manifold-shim", "daemonSocket": a.socket})
+}
+
+// withKeys is a copy of manifold's config list with keys set in its plugin.
+func withKeys(list *libcni.NetworkConfigList, keys map[string]any) (*libcni.NetworkConfigList, error) {
 	var raw map[string]any
 	if err := json.Unmarshal(list.Bytes, &raw); err != nil {
 		return nil, err
 	}
 	plugin := raw["plugins"].([]any)[0].(map[string]any)
-	plugin["type"], plugin["daemonSocket"] = "manifold-shim", a.socket
+	for k, v := range keys {
+		plugin[k] = v
+	}
 	data, err := json.Marshal(raw)
 	if err != nil {
 		return nil, err
@@ -171,83 +183,12 @@ func (b *bench) thickConfList(kind string, a *thickArm) (*libcni.NetworkConfigLi
 	return libcni.NetworkConfFromBytes(data)
 }
 
-// processCPU is the CPU time (user and system) that process pid has used so
-// far, all its threads together, including threads that have exited.
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseProcCPU(string(b))
-}
-
-// procMem is a process's resident memory, from /proc/<pid>/status.
-type procMem struct {
-	// RSSKiB is VmRSS, what it holds now; PeakKiB is VmHWM, the most it held.
-	RSSKiB  int64 `json:"rss_kib"`
-	PeakKiB int64 `json:"peak_rss_kib"`
-}
-
-// String is the figures in MiB, "now / peak".
-func (m *procMem) String() string {
-	return fmt.Sprintf("%.1f / %.1f", float64(m.RSSKiB)/1024, float64(m.PeakKiB)/1024)
-}
-
-func processMem(pid int) (*procMem, error) {
-	if pid == 0 {
-		return nil, nil
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return nil, err
-	}
-	return parseProcMem(string(b))
-}
-
-// parseProcMem reads VmRSS and VmHWM from the text of /proc/<pid>/status.
-func parseProcMem(status string) (*procMem, error) {
-	rss, err := procKiB(status, "VmRSS:")
-	if err != nil {
-		return nil, err
-	}
-	peak, err := procKiB(status, "VmHWM:")
-	if err != nil {
-		return nil, err
-	}
-	return &procMem{RSSKiB: rss, PeakKiB: peak}, nil
-}
-
-// parseProcCPU reads utime and stime (in clock ticks of 1/100 s on Linux)
-// from the text of /proc/<pid>/stat.
-func parseProcCPU(stat string) (time.Duration, error) {
-	fields := testenv.StatFields(stat)
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc stat %q: %d fields after the name, want at least 13", stat, len(fields))
-	}
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc stat: CPU time %q: %w", f, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / 100), nil
-}
-
-// hasDaemon reports whether this manifold binary has a daemon mode, from the
-// usage text of `manifold daemon -h` (a binary without one answers as a CNI
-// plugin called with no command).
-func hasDaemon(manifold string) bool {
+// daemonUsage is the usage text of this binary's `manifold daemon -h` (a
+// binary without a daemon mode answers as a CNI plugin called with no
+// command).
+func daemonUsage(manifold string) string {
 	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
-	return strings.Contains(string(out), "-socket")
-}
-
-// daemonTakesNodeFlags reports whether `manifold daemon` of this binary has
-// the node path flags (--bin-dir and the others), from its usage text.
-func daemonTakesNodeFlags(manifold string) bool {
-	out, _ := exec.Command(manifold, "daemon", "-h").CombinedOutput()
-	return strings.Contains(string(out), "-bin-dir")
+	return string(out)
 }
 
 // settleCPU is how long the overhead section waits, before and after its

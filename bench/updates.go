@@ -8,18 +8,11 @@ package main
 // -baseline one when given (before/after in one run).
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/manifold-cni/manifold/e2e/controlplane"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
 const (
@@ -36,78 +29,72 @@ const (
 	updatesCallTimeout = 10 * time.Minute
 )
 
-// updatesResult is the updates section.
-type updatesResult struct {
-	Updates     int           `json:"updates"`
-	Networks    int           `json:"networks"`
-	RecordBytes int64         `json:"record_bytes"`
-	Note        string        `json:"note"`
-	Arms        []*updatesArm `json:"arms"`
-}
-
-type updatesArm struct {
-	Arm string `json:"arm"`
-	// CPUPerUpdate is the daemon's CPU time from a label patch of its pod to
-	// the daemon being idle again, mean over the updates; IdlePerWait the
-	// same wait with no patch, for scale.
-	CPUPerUpdate float64 `json:"daemon_cpu_ms_per_update"`
-	IdlePerWait  float64 `json:"daemon_cpu_ms_per_idle_wait"`
-
-	daemon *thickArm
-	pod    *podSpec
-	cpu    time.Duration
-	idle   time.Duration
-}
-
-// updates measures n label patches per arm, the arms taking turns.
-func (b *bench) updates(n int) (*updatesResult, error) {
+// runUpdates measures -n-updates label patches per arm, the arms taking
+// turns: the daemon's CPU time from the patch until it is idle again, and
+// the same wait with no patch, for scale.
+func runUpdates(b *bench, s settings, r *report) error {
+	n := s.updates
+	logf("updates: %d label patches per arm of a pod whose record is near the size cap", n)
 	if err := b.bigNADs(); err != nil {
-		return nil, err
+		return err
 	}
-	out := &updatesResult{Updates: n, Networks: updatesNADs + 1,
-		Note: "thick mode; a label patch of a running pod whose record holds " + fmt.Sprint(updatesNADs) + " NADs of ~880 KiB configs (the static plugin); the daemon's CPU time (user and system, /proc) from the patch until it has been idle for 300 ms"}
-	binaries := []struct{ arm, manifold string }{{"manifold", b.manifold}}
+	binaries := map[string]string{"manifold": b.manifold}
+	arms := []string{"manifold"}
 	if b.baseline != "" {
-		binaries = append(binaries, struct{ arm, manifold string }{"baseline", b.baseline})
+		binaries["baseline"], arms = b.baseline, append(arms, "baseline")
 	}
-	for _, bin := range binaries {
-		a, err := b.updatesArm(bin.arm, bin.manifold)
+	running := map[string]*updatesArm{}
+	for _, arm := range arms {
+		a, err := b.updatesArm(arm, binaries[arm])
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", bin.arm, err)
+			return fmt.Errorf("%s: %w", arm, err)
 		}
-		if out.RecordBytes == 0 {
-			out.RecordBytes = a.recordBytes
+		running[arm] = a
+	}
+	st, err := b.trial(arms, 0, n).run(func(i int, arm string, rec record) error {
+		a := running[arm]
+		cpu, err := b.settledCPU(a.daemon.pid, func() error { return b.patchMeta(a.pod, "labels", "bench-update", fmt.Sprint(i)) })
+		if err != nil {
+			return fmt.Errorf("%s: update %d: %w", arm, i, err)
 		}
-		out.Arms = append(out.Arms, a.updatesArm)
-	}
-	for i := 0; i < n; i++ {
-		for _, a := range out.Arms {
-			cpu, err := b.settledCPU(a.daemon.pid, func() error { return b.patchMeta(a.pod, "labels", "bench-update", fmt.Sprint(i)) })
-			if err != nil {
-				return nil, fmt.Errorf("%s: update %d: %w", a.Arm, i, err)
-			}
-			idle, err := b.settledCPU(a.daemon.pid, func() error { return nil })
-			if err != nil {
-				return nil, fmt.Errorf("%s: idle wait %d: %w", a.Arm, i, err)
-			}
-			a.cpu, a.idle = a.cpu+cpu, a.idle+idle
+		idle, err := b.settledCPU(a.daemon.pid, func() error { return nil })
+		if err != nil {
+			return fmt.Errorf("%s: idle wait %d: %w", arm, i, err)
 		}
+		rec("update", cpu)
+		rec("idle", idle)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	for _, a := range out.Arms {
-		a.CPUPerUpdate, a.IdlePerWait = ms(a.cpu)/float64(n), ms(a.idle)/float64(n)
+	record := running["manifold"].recordBytes
+	w := r.out("updates")
+	fmt.Fprintf(w, "\nThe daemon's CPU per no-op pod update (a label patch; %d updates per arm, a record of %.1f MiB, %d networks), ms mean\n",
+		n, float64(record)/(1<<20), updatesNADs+1)
+	var out []obj
+	for _, arm := range arms {
+		update, idle := st.mean(key(arm, "update")), st.mean(key(arm, "idle"))
+		out = append(out, obj{{"arm", arm}, {"daemon_cpu_ms_per_update", update}, {"daemon_cpu_ms_per_idle_wait", idle}})
+		fmt.Fprintf(w, "  %s: %.2f per update (idle %.2f per wait)\n", arm, update, idle)
 	}
-	return out, nil
+	r.set("updates", obj{{"updates", n}, {"networks", updatesNADs + 1}, {"record_bytes", record},
+		{"note", "thick mode; a label patch of a running pod whose record holds " + fmt.Sprint(updatesNADs) + " NADs of ~880 KiB configs (the static plugin); the daemon's CPU time (user and system, /proc) from the patch until it has been idle for 300 ms"},
+		{"arms", out}})
+	return nil
 }
 
-// armWithPod is an arm, its running pod, and the size of the pod's record.
-type armWithPod struct {
-	*updatesArm
+// updatesArm is an arm's daemon, its running pod, and the size of the
+// pod's record.
+type updatesArm struct {
+	daemon      *thickArm
+	pod         *podSpec
 	recordBytes int64
 }
 
 // updatesArm starts a daemon of manifold for the arm, and ADDs through its
 // shim a pod that asks for every big NAD.
-func (b *bench) updatesArm(arm, manifold string) (*armWithPod, error) {
+func (b *bench) updatesArm(arm, manifold string) (*updatesArm, error) {
 	cniDir := filepath.Join(b.dir, "updates-"+arm+"-cni")
 	d, err := b.sectionDaemon("updates-"+arm, manifold, cniDir, "--node-name", benchNode)
 	if err != nil {
@@ -154,7 +141,7 @@ func (b *bench) updatesArm(arm, manifold string) (*armWithPod, error) {
 	if _, err := b.settledCPU(d.pid, func() error { return nil }); err != nil {
 		return nil, err
 	}
-	return &armWithPod{updatesArm: &updatesArm{Arm: arm, daemon: d, pod: pod}, recordBytes: st.Size()}, nil
+	return &updatesArm{daemon: d, pod: pod, recordBytes: st.Size()}, nil
 }
 
 func bigNAD(i int) string { return fmt.Sprintf("bench-big-%d", i) }
@@ -168,15 +155,8 @@ func (b *bench) bigNADs() error {
 	pad := strings.Repeat("x", updatesPad)
 	for i := 1; i <= updatesNADs; i++ {
 		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"static","ipam":{"type":"static","addresses":[{"address":"10.252.%d.2/24"}]},"pad":%q}]}`, bigNAD(i), i, pad)
-		obj, err := nadv1.New(namespace, bigNAD(i), conf).ToUnstructured()
-		if err != nil {
+		if err := b.createNAD(namespace, bigNAD(i), conf, nil, false); err != nil {
 			return err
-		}
-		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-		_, err = b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("create NAD %s: %w", bigNAD(i), err)
 		}
 	}
 	return nil
@@ -213,16 +193,4 @@ func (b *bench) settledCPU(pid int, act func() error) (time.Duration, error) {
 		}
 	}
 	return last - start, nil
-}
-
-// print writes the section's table; nothing when it did not run.
-func (r *updatesResult) print(w io.Writer) {
-	if r == nil {
-		return
-	}
-	fmt.Fprintf(w, "\nThe daemon's CPU per no-op pod update (a label patch; %d updates per arm, a record of %.1f MiB, %d networks), ms mean\n",
-		r.Updates, float64(r.RecordBytes)/(1<<20), r.Networks)
-	for _, a := range r.Arms {
-		fmt.Fprintf(w, "  %s: %.2f per update (idle %.2f per wait)\n", a.Arm, a.CPUPerUpdate, a.IdlePerWait)
-	}
 }

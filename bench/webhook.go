@@ -13,11 +13,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,7 +25,6 @@ import (
 
 	"github.com/manifold-cni/manifold/e2e/controlplane"
 	"github.com/manifold-cni/manifold/internal/testenv"
-	"github.com/manifold-cni/manifold/k8sclient/nadv1"
 )
 
 const (
@@ -38,93 +34,68 @@ const (
 	webhookName = "bench-webhook"     // its configuration
 )
 
-// webhookResult is the webhook section.
-type webhookResult struct {
-	Admissions int            `json:"admissions_per_case_and_arm"`
-	Note       string         `json:"note"`
-	Cases      []*webhookCase `json:"cases"`
-	// The webhook process after the run: its resident set, its peak, and
-	// its CPU time (user and system) per admission it served.
-	RSSKiB          int64   `json:"webhook_rss_kib"`
-	PeakRSSKiB      int64   `json:"webhook_peak_rss_kib"`
-	CPUPerAdmission float64 `json:"webhook_cpu_ms_per_admission"`
-}
-
-// webhookCase is one kind of create, with and without the webhook.
-type webhookCase struct {
-	Object   string  `json:"object"`
-	With     dist    `json:"with_webhook"`
-	Without  dist    `json:"without_webhook"`
-	AddedP50 float64 `json:"added_p50_ms"`
-	AddedP99 float64 `json:"added_p99_ms"`
-
-	with, without []time.Duration
-	create        func(ns, name string) error
-}
-
-// webhookBench measures n creates per case and arm, after warmup unrecorded
-// rounds.
-func (b *bench) webhookBench(n, warmup int) (*webhookResult, error) {
+// runWebhook measures -n-webhook creates per case and arm, after warm-up
+// rounds: a NAD, and a pod that asks for two networks, each in the namespace
+// the webhook checks and in one it leaves out; then the webhook process's
+// memory and its CPU time per admission it served (warm-up ones too).
+func runWebhook(b *bench, s settings, r *report) error {
+	n, warmup := s.webhookAdmissions, s.warmup
+	logf("webhook: %d creates per object kind, with and without the admission webhook", n)
 	pid, err := b.startWebhook()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cases := []*webhookCase{
-		{Object: "NAD create", create: b.createBenchNAD},
-		{Object: "pod create (two networks)", create: b.createBenchPod},
+	cases := []string{"NAD create", "pod create (two networks)"}
+	create := map[string]func(ns, name string) error{cases[0]: b.createBenchNAD, cases[1]: b.createBenchPod}
+	var arms []string
+	for _, c := range cases {
+		arms = append(arms, key(c, webhookOn), key(c, webhookOff))
 	}
 	cpuStart, err := processCPU(pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for i := -warmup; i < n; i++ {
-		for _, c := range cases {
-			arms := []string{webhookOn, webhookOff}
-			if i%2 != 0 {
-				arms[0], arms[1] = arms[1], arms[0]
-			}
-			for _, ns := range arms {
-				name := fmt.Sprintf("wh-%d", i+warmup)
-				start := time.Now()
-				if err := c.create(ns, name); err != nil {
-					return nil, fmt.Errorf("%s in %s: %w", c.Object, ns, err)
-				}
-				d := time.Since(start)
-				if i < 0 {
-					continue
-				}
-				if ns == webhookOn {
-					c.with = append(c.with, d)
-				} else {
-					c.without = append(c.without, d)
-				}
-			}
+	t := b.trial(arms, warmup, n)
+	// Deletions are not checked by the webhook, nor measured: they keep the
+	// store the same size through the run.
+	t.after = func(int) error { return b.deleteWebhookObjects() }
+	st, err := t.run(func(it int, arm string, rec record) error {
+		c, ns, _ := strings.Cut(arm, "/")
+		start := time.Now()
+		if err := create[c](ns, fmt.Sprintf("wh-%d", it)); err != nil {
+			return fmt.Errorf("%s in %s: %w", c, ns, err)
 		}
-		// Deletions are not checked by the webhook, nor measured: they keep
-		// the store the same size through the run.
-		if err := b.deleteWebhookObjects(); err != nil {
-			return nil, err
-		}
+		rec("", time.Since(start))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	cpuEnd, err := processCPU(pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &webhookResult{Admissions: n,
-		Note: "the real `manifold webhook` on 127.0.0.1 with its own certificates, called by kube-apiserver over TLS (keep-alive) for one namespace " +
-			"(ValidatingWebhookConfiguration, failurePolicy Ignore); the reference arm creates the same objects in a namespace it leaves out, in the same iterations, taking turns. " +
-			"Latency is the client's create call. CPU per admission counts warm-up admissions too"}
-	for _, c := range cases {
-		c.With, c.Without = summarize(c.with), summarize(c.without)
-		c.AddedP50, c.AddedP99 = c.With.P50-c.Without.P50, c.With.P99-c.Without.P99
-		out.Cases = append(out.Cases, c)
-	}
-	out.RSSKiB, out.PeakRSSKiB, err = processRSS(pid)
+	mem, err := processMem(pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out.CPUPerAdmission = ms(cpuEnd-cpuStart) / float64(len(cases)*(n+warmup))
-	return out, nil
+	cpu := ms(cpuEnd-cpuStart) / float64(len(cases)*(n+warmup))
+	w := r.out("webhook")
+	fmt.Fprintf(w, "\nThe admission webhook: %d creates per case and arm, ms p50 / p99 of the client's call\n", n)
+	var out []obj
+	for _, c := range cases {
+		with, without := st.dist(key(c, webhookOn)), st.dist(key(c, webhookOff))
+		out = append(out, obj{{"object", c}, {"with_webhook", with}, {"without_webhook", without},
+			{"added_p50_ms", with.P50 - without.P50}, {"added_p99_ms", with.P99 - without.P99}})
+		fmt.Fprintf(w, "  %s: with the webhook %s, without %s; added p50 %+.2f, p99 %+.2f\n", c, pp(with), pp(without), with.P50-without.P50, with.P99-without.P99)
+	}
+	fmt.Fprintf(w, "  the webhook process: %.1f MiB resident (peak %.1f MiB), %.3f ms CPU per admission\n", mib(mem.RSSKiB), mib(mem.PeakKiB), cpu)
+	r.set("webhook", obj{{"admissions_per_case_and_arm", n},
+		{"note", "the real `manifold webhook` on 127.0.0.1 with its own certificates, called by kube-apiserver over TLS (keep-alive) for one namespace " +
+			"(ValidatingWebhookConfiguration, failurePolicy Ignore); the reference arm creates the same objects in a namespace it leaves out, in the same iterations, taking turns. " +
+			"Latency is the client's create call. CPU per admission counts warm-up admissions too"},
+		{"cases", out}, {"webhook_rss_kib", mem.RSSKiB}, {"webhook_peak_rss_kib", mem.PeakKiB}, {"webhook_cpu_ms_per_admission", cpu}})
+	return nil
 }
 
 // startWebhook runs `manifold webhook` and configures the API server to call
@@ -185,7 +156,7 @@ func (b *bench) startWebhook() (int, error) {
 	// Serving: a bad NAD is refused (a dry run stores nothing).
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := b.createNADIn(webhookOn, "probe", `{"cniVersion":"1.0.0","type":"multus"}`, true)
+		err := b.createNAD(webhookOn, "probe", `{"cniVersion":"1.0.0","type":"multus"}`, nil, true)
 		if err != nil && strings.Contains(err.Error(), "meta-plugin") {
 			return cmd.Process.Pid, nil
 		}
@@ -201,24 +172,9 @@ func (b *bench) startWebhook() (int, error) {
 	}
 }
 
-func (b *bench) createNADIn(ns, name, config string, dryRun bool) error {
-	obj, err := nadv1.New(ns, name, config).ToUnstructured()
-	if err != nil {
-		return err
-	}
-	opts := metav1.CreateOptions{}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	_, err = b.cp.Dynamic().Resource(controlplane.NADResource).Namespace(ns).Create(ctx, obj, opts)
-	return err
-}
-
 func (b *bench) createBenchNAD(ns, name string) error {
-	return b.createNADIn(ns, name, `{"cniVersion":"1.0.0","name":"wh","plugins":[{"type":"bridge","bridge":"whbr0",`+
-		`"ipam":{"type":"host-local","subnet":"10.253.0.0/24"}},{"type":"tuning","capabilities":{"mac":true}}]}`, false)
+	return b.createNAD(ns, name, `{"cniVersion":"1.0.0","name":"wh","plugins":[{"type":"bridge","bridge":"whbr0",`+
+		`"ipam":{"type":"host-local","subnet":"10.253.0.0/24"}},{"type":"tuning","capabilities":{"mac":true}}]}`, nil, false)
 }
 
 func (b *bench) createBenchPod(ns, name string) error {
@@ -244,48 +200,4 @@ func (b *bench) deleteWebhookObjects() error {
 		}
 	}
 	return nil
-}
-
-// processRSS is a process's resident set now and at its peak (VmRSS and
-// VmHWM of /proc/<pid>/status), in KiB.
-func processRSS(pid int) (rss, peak int64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
-		}
-		if k == "VmRSS" {
-			rss = n
-		} else {
-			peak = n
-		}
-	}
-	if rss == 0 || peak == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS or VmHWM", pid)
-	}
-	return rss, peak, nil
-}
-
-// print writes the section's table; nothing when it did not run.
-func (r *webhookResult) print(w io.Writer) {
-	if r == nil {
-		return
-	}
-	fmt.Fprintf(w, "\nThe admission webhook: %d creates per case and arm, ms p50 / p99 of the client's call\n", r.Admissions)
-	for _, c := range r.Cases {
-		fmt.Fprintf(w, "  %s: with the webhook %s, without %s; added p50 %+.2f, p99 %+.2f\n", c.Object, pp(c.With), pp(c.Without), c.AddedP50, c.AddedP99)
-	}
-	fmt.Fprintf(w, "  the webhook process: %.1f MiB resident (peak %.1f MiB), %.3f ms CPU per admission\n", mib(r.RSSKiB), mib(r.PeakRSSKiB), r.CPUPerAdmission)
 }
