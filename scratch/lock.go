@@ -17,8 +17,9 @@ const lockDirName = "locks"
 // Lock is an exclusive per-container lock that serialises ADD, DEL and CHECK on
 // one container across processes.
 type Lock struct {
-	f    *os.File
-	path string
+	f      *os.File
+	path   string
+	groups *GroupLog
 }
 
 // ErrLockTimeout is returned when the lock was not free before the deadline.
@@ -52,7 +53,7 @@ func (s *Store) Lock(ctx context.Context, containerID string) (*Lock, error) {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			if samePath(f, path) {
-				return &Lock{f: f, path: path}, nil
+				return &Lock{f: f, path: path, groups: &GroupLog{path: s.GroupsPath(containerID)}}, nil
 			}
 			f.Close()
 			continue
@@ -85,9 +86,15 @@ func samePath(f *os.File, path string) bool {
 	return os.SameFile(a, b)
 }
 
+// Groups is where the call holding the lock notes its delegates' process
+// groups; Unlock ends those notes.
+func (l *Lock) Groups() *GroupLog { return l.groups }
+
 // Unlock releases the lock. With remove, the lock file is deleted first, while the
 // lock is still held, so no file is left behind for a container that is gone.
+// The call's process-group notes end first (GroupLog.close).
 func (l *Lock) Unlock(remove bool) {
+	l.groups.close()
 	if remove {
 		os.Remove(l.path)
 	}
