@@ -63,8 +63,8 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	// its delegates started, and the temp file of a record it was saving.
 	// A process that a kill did not end fails the DEL, after the rest, so
 	// that the runtime tries again.
-	ctx = withGroupLog(ctx, l)
 	leftErr := r.endLeftovers(l, req.ContainerID)
+	ctx = r.noteIn(ctx, l)
 	if err := r.Store.RemoveTemp(req.ContainerID); err != nil {
 		leftErr = errors.Join(leftErr, err)
 	}
@@ -93,6 +93,7 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 				// Multus's record in manifold's own cniDir: its cache is
 				// manifold's cache, and delMultus did all there is.
 				err = errors.Join(err, leftErr)
+				r.Prestart.Close()
 				l.Unlock(err == nil)
 				return err
 			}
@@ -178,6 +179,8 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	// A record that names an attachment left behind is kept: it is what
 	// tells the admin, and every retry, about it.
 	keep := (r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0) || leftInRecord
+	// No process started early outlives the lock: its note would.
+	r.Prestart.Close()
 	if len(errs) > 0 && (keep || unknownVersion) {
 		l.Unlock(false)
 		return errors.Join(append(foreignErrs, errs...)...)

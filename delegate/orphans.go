@@ -20,7 +20,7 @@ import (
 // What a killed call left running, and how the next call on the container
 // ends it (docs/reliability.md, "No process outlives its call"). A call
 // notes each delegate's process group before the delegate gets its config
-// (scratch.GroupLog); when manifold is SIGKILLed, the kernel kills the
+// in the container's lock file (scratch.GroupLog); when manifold is SIGKILLed, the kernel kills the
 // delegate (its parent death signal) but not the processes it started,
 // which live on in its group. The next call on the container, holding the
 // container's lock, reads the groups that never ended and kills what is
@@ -53,20 +53,26 @@ func withGroupLog(ctx context.Context, l *scratch.Lock) context.Context {
 	return context.WithValue(ctx, groupLogKey{}, l.Groups())
 }
 
+// noteIn makes l's GroupLog where the delegates of the call that took l
+// note their groups: those run with the returned context, and the processes
+// that Prestart starts early.
+func (r *Runner) noteIn(ctx context.Context, l *scratch.Lock) context.Context {
+	r.Prestart.noteGroupsIn(l.Groups())
+	return withGroupLog(ctx, l)
+}
+
 func groupLogFrom(ctx context.Context) *scratch.GroupLog {
 	g, _ := ctx.Value(groupLogKey{}).(*scratch.GroupLog)
 	return g
 }
 
 // endLeftovers kills the processes of the groups that a killed call on
-// containerID noted and never saw end, waits for them to be gone, and then
-// removes the note. It keeps the note, and returns an error, when some are
-// still running after groupWait. Holding the container's lock.
+// containerID noted and never saw end, and waits for them to be gone; the
+// notes are emptied when this call lets go of the lock. It keeps the notes,
+// and returns an error, when some are still running after groupWait.
+// Holding the container's lock.
 func (r *Runner) endLeftovers(l *scratch.Lock, containerID string) error {
-	open, exists, err := r.Store.Groups(containerID)
-	if !exists {
-		return nil
-	}
+	open, err := l.Groups().Leftovers()
 	if err != nil {
 		l.Groups().Keep()
 		return err
@@ -87,7 +93,7 @@ func (r *Runner) endLeftovers(l *scratch.Lock, containerID string) error {
 	if killed > 0 {
 		r.Log.Info("killed the processes that a killed call on this container left running", "processes", killed)
 	}
-	return r.Store.RemoveGroups(containerID)
+	return nil
 }
 
 // endGroup ends what is left of the group g (see the top of this file) and
@@ -258,11 +264,15 @@ var pidNamespace = sync.OnceValue(func() uint64 {
 	return st.Ino
 })
 
-// noteStarted notes p's group in the call's GroupLog, if the call has one,
-// before p gets its config. A delegate whose start time could not be read
-// is not noted: its group could not be told from another that took its id.
-func (p *proc) noteStarted(ctx context.Context) {
-	log := groupLogFrom(ctx)
+// note notes p's group in log, the GroupLog of the call that holds the
+// container's lock, if there is one: when p starts early, as soon as it
+// starts (a plugin could act before it reads its config), and otherwise
+// before p gets its config. A process that started early before the call
+// took the lock (the default network's, while the API is read) is noted
+// when the lock is taken (noteGroupsIn). A delegate whose start time could
+// not be read is not noted: its group could not be told from another that
+// took its id.
+func (p *proc) note(log *scratch.GroupLog) {
 	if log == nil || p.startTime == 0 || pidNamespace() == 0 {
 		return
 	}
@@ -276,5 +286,24 @@ func (p *proc) noteStarted(ctx context.Context) {
 func (p *proc) noteEnded() {
 	if p.groupLog != nil {
 		p.groupLog.Ended(p.cmd.Process.Pid)
+	}
+}
+
+// noteGroupsIn makes log, that of the call that now holds the container's
+// lock, where e's processes started early note their groups, and notes
+// there the one that waits already. Nil-safe.
+func (e *Exec) noteGroupsIn(log *scratch.GroupLog) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.notes = log
+	waiting := e.next
+	e.mu.Unlock()
+	if waiting != nil {
+		<-waiting.started
+		if waiting.err == nil && waiting.groupLog == nil {
+			waiting.note(log)
+		}
 	}
 }

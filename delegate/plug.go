@@ -39,6 +39,7 @@ func (r *Runner) BeginChange(ctx context.Context, containerID string) (*Change, 
 	if err := r.endLeftovers(l, containerID); err != nil {
 		r.Log.Warn("processes that a killed call on this container left running are still there", "error", err)
 	}
+	r.Prestart.noteGroupsIn(l.Groups())
 	rec, err := r.Store.Load(containerID)
 	if err == nil && rec == nil {
 		// No lock file is left for a container that is gone, as after DEL.

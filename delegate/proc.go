@@ -131,7 +131,9 @@ func (p *proc) awaitOutput() {
 // noted in the call's GroupLog first (orphans.go), and noted as ended
 // before the exit is sent, unless a kill of it did not take.
 func (p *proc) give(ctx context.Context, stdin []byte, reapLater bool) <-chan error {
-	p.noteStarted(ctx)
+	if p.groupLog == nil {
+		p.note(groupLogFrom(ctx))
+	}
 	go func() {
 		// A plugin that exits without reading all of it makes this fail;
 		// its exit status is what counts.
@@ -191,7 +193,9 @@ func (p *proc) kill() {
 	killGroup(p.cmd.Process.Pid)
 	p.stdin.Close()
 	p.wait(false)
-	p.awaitGroup()
+	if p.awaitGroup() == nil {
+		p.noteEnded()
+	}
 }
 
 // wait waits for the process to exit and for its output to end, and returns

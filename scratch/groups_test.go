@@ -52,8 +52,19 @@ func TestRemoveTempIsTheContainersOwn(t *testing.T) {
 
 func TestLeftovers(t *testing.T) {
 	s := &Store{Dir: t.TempDir()}
-	for _, name := range []string{".new-a", ".groups-a", ".groups-b", ".new-c", ".tmp-d-123", "e", ".groups-..", ".new-"} {
+	for _, name := range []string{".new-a", ".new-c", ".tmp-d-123", "e", ".new-"} {
 		if err := os.WriteFile(filepath.Join(s.Dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Lock files: b's holds notes of a killed call, f's none.
+	for id, notes := range map[string]string{"b": "+ 100 7 9\n", "f": ""} {
+		l, err := s.Lock(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Unlock(false)
+		if err := os.WriteFile(s.LockPath(id), []byte(notes), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,7 +72,14 @@ func TestLeftovers(t *testing.T) {
 	if err != nil || strings.Join(ids, ",") != "a,b,c" {
 		t.Fatalf("Leftovers = %v, %v; want a,b,c", ids, err)
 	}
-	if ids, err := (&Store{Dir: filepath.Join(s.Dir, "none")}).Leftovers(); ids != nil || err != nil {
+	// The lock sweep leaves b's lock file: its notes are DEL's to act on.
+	if n := s.SweepLocks(); n != 1 {
+		t.Errorf("SweepLocks removed %d lock files, want 1 (f's)", n)
+	}
+	if _, err := os.Stat(s.LockPath("b")); err != nil {
+		t.Errorf("SweepLocks removed a lock file that holds notes: %v", err)
+	}
+	if ids, err := (&Store{Dir: filepath.Join(s.Dir, "none")}).Leftovers(); len(ids) != 0 || err != nil {
 		t.Errorf("Leftovers of a missing dir = %v, %v", ids, err)
 	}
 }
@@ -71,12 +89,12 @@ func TestLeftovers(t *testing.T) {
 func TestGroupLog(t *testing.T) {
 	s := &Store{Dir: t.TempDir()}
 	ctx := context.Background()
-	if g, ok, err := s.Groups("c"); g != nil || ok || err != nil {
-		t.Fatalf("Groups with no file = %v, %v, %v", g, ok, err)
-	}
 	l, err := s.Lock(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if g, err := l.Groups().Leftovers(); g != nil || err != nil {
+		t.Fatalf("Leftovers of a new lock = %v, %v", g, err)
 	}
 	for _, g := range []Group{{Pgid: 100, Start: 7, PidNS: 9}, {Pgid: 200, Start: 8, PidNS: 9}, {Pgid: 300, Start: 9, PidNS: 9}} {
 		if err := l.Groups().Started(g); err != nil {
@@ -86,52 +104,52 @@ func TestGroupLog(t *testing.T) {
 	l.Groups().Ended(100)
 	l.Groups().Ended(400) // never started here: nothing written
 	// A process killed while it wrote: a line cut short.
-	f, err := os.OpenFile(s.GroupsPath("c"), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(s.LockPath("c"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteString("+ 500 1")
 	f.Close()
-	l.Unlock(false)
-	got, ok, err := s.Groups("c")
-	if err != nil || !ok || len(got) != 2 || got[0] != (Group{Pgid: 200, Start: 8, PidNS: 9}) || got[1].Pgid != 300 {
-		t.Fatalf("Groups after a call that left 200 and 300 = %v, %v, %v", got, ok, err)
-	}
-
-	// A call whose delegates all ended removes the file, and the notes of
-	// the call before it go with it only once they were dealt with
-	// (RemoveGroups): here, kept.
+	// Let go with groups not ended, even by a DEL: the notes stay, and so
+	// does the lock file.
+	l.Unlock(true)
 	l, err = s.Lock(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
+	got, err := l.Groups().Leftovers()
+	if err != nil || len(got) != 2 || got[0] != (Group{Pgid: 200, Start: 8, PidNS: 9}) || got[1].Pgid != 300 {
+		t.Fatalf("Leftovers after a call that left 200 and 300 = %v, %v", got, err)
+	}
+	// A call that keeps them (their kill did not take) appends its own.
 	l.Groups().Keep()
 	l.Groups().Started(Group{Pgid: 600, Start: 1, PidNS: 9})
 	l.Groups().Ended(600)
-	l.Unlock(false)
-	if got, _, _ := s.Groups("c"); len(got) != 2 {
-		t.Fatalf("Groups after a call that kept the file = %v", got)
-	}
-	if err := s.RemoveGroups("c"); err != nil {
+	l.Unlock(true)
+	l, err = s.Lock(ctx, "c")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if got, _ := l.Groups().Leftovers(); len(got) != 2 {
+		t.Fatalf("Leftovers after a call that kept them = %v", got)
+	}
+	// A call that dealt with them, and whose delegates all ended, empties
+	// the notes; a DEL then removes the lock file.
+	l.Groups().Started(Group{Pgid: 700, Start: 1, PidNS: 9})
+	l.Groups().Ended(700)
+	l.Unlock(false)
+	if fi, err := os.Stat(s.LockPath("c")); err != nil || fi.Size() != 0 {
+		t.Fatalf("lock file after a call whose groups all ended: %v, %v", fi, err)
 	}
 	l, err = s.Lock(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Groups().Started(Group{Pgid: 700, Start: 1, PidNS: 9})
-	l.Groups().Ended(700)
-	l.Unlock(true)
-	if _, err := os.Stat(s.GroupsPath("c")); !os.IsNotExist(err) {
-		t.Errorf("a call whose delegates all ended left its notes: %v", err)
-	}
-	// A call that ran no delegate writes nothing.
-	l, err = s.Lock(ctx, "d")
-	if err != nil {
-		t.Fatal(err)
+	if got, err := l.Groups().Leftovers(); got != nil || err != nil {
+		t.Fatalf("Leftovers after a clean call = %v, %v", got, err)
 	}
 	l.Unlock(true)
-	if _, err := os.Stat(s.GroupsPath("d")); !os.IsNotExist(err) {
-		t.Errorf("a call with no delegate made a notes file: %v", err)
+	if _, err := os.Stat(s.LockPath("c")); !os.IsNotExist(err) {
+		t.Errorf("a DEL whose groups all ended left the lock file: %v", err)
 	}
 }

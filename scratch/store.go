@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"syscall"
 )
@@ -212,10 +213,10 @@ func (s *Store) RemoveTemp(containerID string) error {
 	return nil
 }
 
-// Leftovers lists, sorted by name, the containers that have a temp record
-// or a process-group file: what a call killed on them left, which GC
-// hands to DEL when the runtime no longer lists the container, whether or
-// not it has a record.
+// Leftovers lists, sorted, the containers that have a temp record or a
+// lock file that holds notes of process groups (GroupLog): what a call
+// killed on them left, which GC hands to DEL when the runtime no longer
+// lists the container, whether or not it has a record.
 func (s *Store) Leftovers() ([]string, error) {
 	entries, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -224,23 +225,25 @@ func (s *Store) Leftovers() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list leftovers in %s: %w", s.Dir, err)
 	}
-	var ids []string
 	seen := map[string]bool{}
 	for _, e := range entries {
-		name := e.Name()
-		var id string
-		switch {
-		case strings.HasPrefix(name, tempPrefix):
-			id = name[len(tempPrefix):]
-		case strings.HasPrefix(name, groupsPrefix):
-			id = name[len(groupsPrefix):]
-		default:
-			continue
-		}
-		if !seen[id] && ValidateContainerID(id) == nil {
+		if id, ok := strings.CutPrefix(e.Name(), tempPrefix); ok && ValidateContainerID(id) == nil {
 			seen[id] = true
-			ids = append(ids, id)
 		}
 	}
+	locks, _ := os.ReadDir(filepath.Join(s.Dir, lockDirName))
+	for _, e := range locks {
+		if !e.Type().IsRegular() || ValidateContainerID(e.Name()) != nil {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.Size() > 0 {
+			seen[e.Name()] = true
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
 	return ids, nil
 }
