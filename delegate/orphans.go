@@ -19,9 +19,10 @@ import (
 
 // What a killed call left running, and how the next call on the container
 // ends it (docs/reliability.md, "No process outlives its call"). A call
-// notes each delegate's process group before the delegate gets its config
-// in the container's lock file (scratch.GroupLog); when manifold is SIGKILLed, the kernel kills the
-// delegate (its parent death signal) but not the processes it started,
+// notes each delegate's process group in the container's lock file
+// (scratch.GroupLog) before the delegate gets its config, or as soon as it
+// starts when it starts early; when manifold is SIGKILLed, the kernel kills
+// the delegate (its parent death signal) but not the processes it started,
 // which live on in its group. The next call on the container, holding the
 // container's lock, reads the groups that never ended and kills what is
 // left of each, as long as it can tell the processes are that call's:
