@@ -32,6 +32,10 @@ func (r *Runner) Add(ctx context.Context, rec *scratch.Record) ([]types.Result, 
 			l.Unlock(false)
 		}
 	}()
+	if err := r.endLeftovers(l, rec.ContainerID); err != nil {
+		r.Log.Warn("processes that a killed call on this container left running are still there", "error", err)
+	}
+	ctx = r.noteIn(ctx, l)
 
 	// The first delegate's process may already be waiting (plugin ADD starts
 	// it while the API is read); it gets its config only after Save.

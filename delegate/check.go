@@ -30,6 +30,10 @@ func (r *Runner) CheckWith(ctx context.Context, containerID, netns, ifName, cniV
 		return err
 	}
 	defer l.Unlock(false)
+	if err := r.endLeftovers(l, containerID); err != nil {
+		r.Log.Warn("processes that a killed call on this container left running are still there", "error", err)
+	}
+	ctx = r.noteIn(ctx, l)
 	rec, err := r.Store.Load(containerID)
 	if (err != nil && !errors.Is(err, scratch.ErrUnknownVersion)) || (err == nil && rec == nil) {
 		if found, merr := r.checkMultus(ctx, containerID, netns, ifName, cniVersion); found {

@@ -59,6 +59,15 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	if err != nil {
 		return err
 	}
+	// What a call on the container that was killed left: the processes
+	// its delegates started, and the temp file of a record it was saving.
+	// A process that a kill did not end fails the DEL, after the rest, so
+	// that the runtime tries again.
+	leftErr := r.endLeftovers(l, req.ContainerID)
+	ctx = r.noteIn(ctx, l)
+	if err := r.Store.RemoveTemp(req.ContainerID); err != nil {
+		leftErr = errors.Join(leftErr, err)
+	}
 	rec, loadErr := r.Store.Load(req.ContainerID)
 	unknownVersion := errors.Is(loadErr, scratch.ErrUnknownVersion)
 	switch {
@@ -83,6 +92,8 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 			if found && dir == r.Store.Dir {
 				// Multus's record in manifold's own cniDir: its cache is
 				// manifold's cache, and delMultus did all there is.
+				err = errors.Join(err, leftErr)
+				r.Prestart.Close()
 				l.Unlock(err == nil)
 				return err
 			}
@@ -162,9 +173,14 @@ func (r *Runner) Del(ctx context.Context, req DelRequest) error {
 	}
 	// Cache entries that cannot be run are left as they are, and named.
 	errs = append(errs, badCached...)
+	if leftErr != nil {
+		errs = append(errs, leftErr)
+	}
 	// A record that names an attachment left behind is kept: it is what
 	// tells the admin, and every retry, about it.
 	keep := (r.RetryDeleteOnError && loadErr == nil && len(rec.Attachments) > 0) || leftInRecord
+	// No process started early outlives the lock: its note would.
+	r.Prestart.Close()
 	if len(errs) > 0 && (keep || unknownVersion) {
 		l.Unlock(false)
 		return errors.Join(append(foreignErrs, errs...)...)

@@ -20,6 +20,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/manifold-cni/manifold/scratch"
 )
 
 // DefaultPrestartGuard is how long a started process may wait for its turn
@@ -70,8 +72,11 @@ type Exec struct {
 	// the daemon leaves each process to the timer.
 	KeepPending bool
 
-	mu   sync.Mutex
-	plan []Call // the calls expected next, in order
+	mu sync.Mutex
+	// notes is where a process started early notes its group as soon as
+	// it starts (noteGroupsIn), nil before the call holds the lock.
+	notes *scratch.GroupLog
+	plan  []Call // the calls expected next, in order
 	// anyOrder: the calls of plan come at once, in any order (a wave of
 	// concurrent attachments); next serves whichever of them it matches,
 	// and nothing more is started early.
@@ -230,8 +235,12 @@ func (e *Exec) startNextLocked() {
 		return
 	}
 	p := &proc{call: e.plan[0], started: make(chan struct{})}
+	notes := e.notes
 	go func() {
 		p.err = e.startProc(p)
+		if p.err == nil {
+			p.note(notes)
+		}
 		close(p.started)
 	}()
 	guard := e.Guard

@@ -32,8 +32,9 @@ type GCRequest struct {
 // (DESIGN §7), and never one that does, whatever manifold can or cannot read
 // about that container.
 //
-// First, each container that manifold knows of (a record, or an entry in the
-// libcni cache) and that the runtime does not list gets a full DEL, each
+// First, each container that manifold knows of (a record, an entry in the
+// libcni cache, or what a killed call left: a temp record, a process-group
+// note) and that the runtime does not list gets a full DEL, each
 // attachment with its own config, and loses its record. This covers an ADD
 // that crashed part-way, whose record was written before its first delegate
 // ran. A container the runtime lists is never DELed.
@@ -74,6 +75,19 @@ func (r *Runner) GC(ctx context.Context, req GCRequest) error {
 	}
 	stale := map[string]bool{}
 	for _, id := range ids {
+		if !validIDs[id] {
+			stale[id] = true
+		}
+	}
+	// A call killed on a container may have left processes running, or a
+	// temp record, and no record (killed while saving the first): its DEL
+	// ends and removes them, under the container's lock. Those of a valid
+	// container wait for its next call.
+	leftovers, err := r.Store.Leftovers()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("gc: %w", err))
+	}
+	for _, id := range leftovers {
 		if !validIDs[id] {
 			stale[id] = true
 		}

@@ -36,6 +36,10 @@ func (r *Runner) BeginChange(ctx context.Context, containerID string) (*Change, 
 	if err != nil {
 		return nil, err
 	}
+	if err := r.endLeftovers(l, containerID); err != nil {
+		r.Log.Warn("processes that a killed call on this container left running are still there", "error", err)
+	}
+	r.Prestart.noteGroupsIn(l.Groups())
 	rec, err := r.Store.Load(containerID)
 	if err == nil && rec == nil {
 		// No lock file is left for a container that is gone, as after DEL.
@@ -58,6 +62,7 @@ func (c *Change) End() { c.l.Unlock(false) }
 // what it had; only a DEL that fails too leaves it recorded, for the pod's
 // DEL or GC to finish.
 func (c *Change) Attach(ctx context.Context, att netconf.Attachment) (types.Result, error) {
+	ctx = withGroupLog(ctx, c.l)
 	rec := c.Record
 	if rec.NetNS == "" || netnsGone(rec.NetNS) {
 		return nil, fmt.Errorf("add network %s as %s: the container's network namespace %q is gone", att.DisplayName(), att.IfName, rec.NetNS)
@@ -90,6 +95,7 @@ func (c *Change) Attach(ctx context.Context, att netconf.Attachment) (types.Resu
 // delegates' DEL first, then its entry in the record, so that a DEL that
 // fails, or a crash, leaves it recorded for the pod's DEL or GC.
 func (c *Change) Detach(ctx context.Context, ifName string) error {
+	ctx = withGroupLog(ctx, c.l)
 	i := c.index(ifName)
 	if i < 0 {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/manifold-cni/manifold/netconf"
+	"github.com/manifold-cni/manifold/scratch"
 )
 
 // One plugin process, from its start to its reap: its pipes, the exit read
@@ -39,6 +40,10 @@ type proc struct {
 	outR, errR *os.File
 	output     chan struct{}
 	reaper     *reaper
+	// startTime is the process's start time (procStart), 0 if unknown;
+	// groupLog is where give noted its group, nil if nowhere (orphans.go).
+	startTime uint64
+	groupLog  *scratch.GroupLog
 }
 
 func (e *Exec) startProc(p *proc) error {
@@ -85,6 +90,9 @@ func (e *Exec) startProc(p *proc) error {
 	// reused. This pidfd is a file of its own: os.Process waits on another.
 	p.pidfd = openPidfd(cmd.Process.Pid)
 	p.cmd, p.stdin, p.reaper = cmd, stdin, &reaper{cmd: cmd}
+	// Read now, off the call's path for a process started early; give
+	// notes it with the group.
+	p.startTime, _ = procStart(cmd.Process.Pid)
 	return nil
 }
 
@@ -119,8 +127,13 @@ func (p *proc) awaitOutput() {
 }
 
 // give writes the call's stdin and returns a channel that receives the
-// process's exit. ctx ending kills the process.
+// process's exit. ctx ending kills the process. The process's group is
+// noted in the call's GroupLog first (orphans.go), and noted as ended
+// before the exit is sent, unless a kill of it did not take.
 func (p *proc) give(ctx context.Context, stdin []byte, reapLater bool) <-chan error {
+	if p.groupLog == nil {
+		p.note(groupLogFrom(ctx))
+	}
 	go func() {
 		// A plugin that exits without reading all of it makes this fail;
 		// its exit status is what counts.
@@ -136,6 +149,7 @@ func (p *proc) give(ctx context.Context, stdin []byte, reapLater bool) <-chan er
 		select {
 		case err := <-waited:
 			groups.done(p.cmd.Process.Pid)
+			p.noteEnded()
 			done <- err
 		case <-ctx.Done():
 			// The whole group, so that what the plugin started dies with it;
@@ -146,6 +160,8 @@ func (p *proc) give(ctx context.Context, stdin []byte, reapLater bool) <-chan er
 			err := ctx.Err()
 			if left := p.awaitGroup(); left != nil {
 				err = left
+			} else {
+				p.noteEnded()
 			}
 			done <- err
 		}
@@ -177,7 +193,9 @@ func (p *proc) kill() {
 	killGroup(p.cmd.Process.Pid)
 	p.stdin.Close()
 	p.wait(false)
-	p.awaitGroup()
+	if p.awaitGroup() == nil {
+		p.noteEnded()
+	}
 }
 
 // wait waits for the process to exit and for its output to end, and returns

@@ -17,8 +17,9 @@ const lockDirName = "locks"
 // Lock is an exclusive per-container lock that serialises ADD, DEL and CHECK on
 // one container across processes.
 type Lock struct {
-	f    *os.File
-	path string
+	f      *os.File
+	path   string
+	groups *GroupLog
 }
 
 // ErrLockTimeout is returned when the lock was not free before the deadline.
@@ -41,7 +42,9 @@ func (s *Store) Lock(ctx context.Context, containerID string) (*Lock, error) {
 	for {
 		// Not through a symlink, and nothing but a regular file: whoever
 		// left something else at the path, it is not opened for writing.
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+		// Appending: the holder notes its delegates' process groups in
+		// it (GroupLog).
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open lock for %s: %w", containerID, err)
 		}
@@ -52,7 +55,7 @@ func (s *Store) Lock(ctx context.Context, containerID string) (*Lock, error) {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			if samePath(f, path) {
-				return &Lock{f: f, path: path}, nil
+				return &Lock{f: f, path: path, groups: &GroupLog{f: f}}, nil
 			}
 			f.Close()
 			continue
@@ -85,9 +88,18 @@ func samePath(f *os.File, path string) bool {
 	return os.SameFile(a, b)
 }
 
+// Groups is where the call holding the lock notes its delegates' process
+// groups; Unlock ends those notes.
+func (l *Lock) Groups() *GroupLog { return l.groups }
+
 // Unlock releases the lock. With remove, the lock file is deleted first, while the
-// lock is still held, so no file is left behind for a container that is gone.
+// lock is still held, so no file is left behind for a container that is gone;
+// unless it keeps notes of process groups that were not ended
+// (GroupLog.close), for the next call.
 func (l *Lock) Unlock(remove bool) {
+	if l.groups.close(remove) {
+		remove = false
+	}
 	if remove {
 		os.Remove(l.path)
 	}
@@ -136,7 +148,9 @@ func (s *Store) SweepLocks() int {
 		if err != nil {
 			continue
 		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil && samePath(f, path) && !s.hasRecord(id) {
+		// A file that holds notes of process groups that a killed call
+		// left running is the next DEL's or GC's to deal with.
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil && samePath(f, path) && !s.hasRecord(id) && !holdsNotes(f) {
 			if os.Remove(path) == nil {
 				removed++
 			}
@@ -151,4 +165,17 @@ func (s *Store) SweepLocks() int {
 func (s *Store) hasRecord(containerID string) bool {
 	_, err := os.Lstat(s.Path(containerID))
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+// holdsNotes reports whether a lock file holds notes of process groups
+// (GroupLog), or cannot be told not to.
+func holdsNotes(f *os.File) bool {
+	fi, err := f.Stat()
+	return err != nil || fi.Size() > 0
+}
+
+// LockPath is the lock file of a container, where the holder of its lock
+// notes its delegates' process groups.
+func (s *Store) LockPath(containerID string) string {
+	return filepath.Join(s.Dir, lockDirName, containerID)
 }

@@ -188,7 +188,7 @@ func TestStoreSaveLoadRemoveList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A temp file from a crashed writer is swept by List.
+	// A temp file that a manifold before .new-<containerID> left is swept by List.
 	if err := os.WriteFile(filepath.Join(s.Dir, ".tmp-c3-123"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}

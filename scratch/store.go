@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"syscall"
 )
@@ -53,7 +54,9 @@ type Store struct {
 func (s *Store) Path(containerID string) string { return filepath.Join(s.Dir, containerID) }
 
 // Save writes a record atomically: temp file, fsync, rename, fsync of the directory.
-// After a crash the file is either the old record, the new one, or absent.
+// After a crash the file is either the old record, the new one, or absent;
+// a crash mid-save leaves the temp file too, for the container's DEL
+// (RemoveTemp) or GC (Leftovers). Call it holding the container's lock.
 func (s *Store) Save(r *Record) error {
 	if err := ValidateContainerID(r.ContainerID); err != nil {
 		return err
@@ -65,11 +68,13 @@ func (s *Store) Save(r *Record) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("create scratch dir %s: %w", s.Dir, err)
 	}
-	tmp, err := os.CreateTemp(s.Dir, ".tmp-"+r.ContainerID+"-")
+	// One writer at a time (the container's lock): a file that a writer
+	// killed mid-save left is written over.
+	tmpName := s.TempPath(r.ContainerID)
+	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("save scratch record for %s: %w", r.ContainerID, err)
 	}
-	tmpName := tmp.Name()
 	_, werr := tmp.Write(b)
 	if werr == nil {
 		werr = tmp.Sync()
@@ -129,7 +134,8 @@ func (s *Store) Remove(containerID string) error {
 }
 
 // List returns the container IDs that have a record, including damaged ones, and
-// removes temp files left by a writer that crashed mid-save.
+// removes the temp files that a manifold before .new-<containerID> left
+// (tempLegacyPrefix), which no DEL looks for.
 func (s *Store) List() ([]string, error) {
 	entries, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -144,7 +150,7 @@ func (s *Store) List() ([]string, error) {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		if strings.HasPrefix(name, ".tmp-") {
+		if strings.HasPrefix(name, tempLegacyPrefix) {
 			os.Remove(filepath.Join(s.Dir, name))
 			continue
 		}
@@ -177,4 +183,67 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// tempPrefix and tempLegacyPrefix name the temp files of Save. The temp
+// file of a container has one name, .new-<containerID>: Save runs under
+// the container's lock, so there is one writer, and DEL removes what a
+// writer killed mid-save left with one unlink. Before, it was
+// .tmp-<containerID>-<random digits>, which only a read of the directory
+// could find.
+const (
+	tempPrefix       = ".new-"
+	tempLegacyPrefix = ".tmp-"
+)
+
+// TempPath is the temp file that Save writes containerID's record to.
+func (s *Store) TempPath(containerID string) string {
+	return filepath.Join(s.Dir, tempPrefix+containerID)
+}
+
+// RemoveTemp removes the temp file that a Save of containerID left when it
+// was killed. Call it holding the container's lock.
+func (s *Store) RemoveTemp(containerID string) error {
+	if err := ValidateContainerID(containerID); err != nil {
+		return err
+	}
+	if err := os.Remove(s.TempPath(containerID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the temp record of container %s: %w", containerID, err)
+	}
+	return nil
+}
+
+// Leftovers lists, sorted, the containers that have a temp record or a
+// lock file that holds notes of process groups (GroupLog): what a call
+// killed on them left, which GC hands to DEL when the runtime no longer
+// lists the container, whether or not it has a record.
+func (s *Store) Leftovers() ([]string, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list leftovers in %s: %w", s.Dir, err)
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if id, ok := strings.CutPrefix(e.Name(), tempPrefix); ok && ValidateContainerID(id) == nil {
+			seen[id] = true
+		}
+	}
+	locks, _ := os.ReadDir(filepath.Join(s.Dir, lockDirName))
+	for _, e := range locks {
+		if !e.Type().IsRegular() || ValidateContainerID(e.Name()) != nil {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.Size() > 0 {
+			seen[e.Name()] = true
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
 }

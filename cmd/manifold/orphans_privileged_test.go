@@ -189,9 +189,11 @@ func wrapList(t *testing.T, conf []byte) []byte {
 
 // TestOrphansThinRuntimeKill: the runtime SIGKILLs manifold at its own
 // timeout (containerd kills only the process it started). The delegate gets
-// SIGKILL from the kernel; its own child, once the delegate is gone, has no
-// process of manifold left to kill it (docs/reliability.md). Before, the
-// delegate ran on for good.
+// SIGKILL from the kernel; its own child, which no process of manifold is
+// left to kill, runs on until the runtime's DEL of the container, which
+// kills it from the note of the delegate's process group
+// (docs/reliability.md). Before, the delegate ran on for good, and then
+// the child did.
 func TestOrphansThinRuntimeKill(t *testing.T) {
 	n := newNode(t)
 	h := newHung(t, n)
@@ -202,10 +204,11 @@ func TestOrphansThinRuntimeKill(t *testing.T) {
 	m.Process.Kill()
 	m.Wait()
 	gone(t, "the delegate of a SIGKILLed manifold", delegate)
-	if alive(child) {
-		t.Logf("the delegate's child %d outlives it, as documented; the test kills it", child)
+	if !alive(child) {
+		t.Fatalf("the delegate's child %d died with it: the test shows nothing", child)
 	}
 	delClean(t, n, conf, "the runtime killed manifold", pod)
+	notRunning(t, "after the runtime's DEL of the container whose ADD was killed", child)
 }
 
 // TestOrphansThinCallTimeout: the call's callTimeout kills the delegate's
@@ -284,9 +287,11 @@ func TestOrphansThickShutdown(t *testing.T) {
 // TestOrphansThickDaemonKilled: the daemon is SIGKILLed (the OOM killer)
 // while calls hang, under load: several calls at once, and threads of the
 // daemon ending meanwhile. Every delegate gets SIGKILL from the kernel. Their
-// children have no process of manifold left to act (docs/reliability.md).
+// children have no process of manifold left to act until the pods' DEL,
+// served by the daemon started again, or by the binary while the daemon is
+// away (the shim falls back), kills them (docs/reliability.md).
 func TestOrphansThickDaemonKilled(t *testing.T) {
-	n := newThickNode(t, false)
+	n := newThickNode(t, true)
 	d := n.startDaemon(t)
 	h := newHung(t, n)
 	conf := n.hungConfs(map[string]any{"daemonSocket": d.Socket, "callTimeout": "10m"}, true)(t)
@@ -298,9 +303,26 @@ func TestOrphansThickDaemonKilled(t *testing.T) {
 	for i := 0; i < len(pids); i += 2 {
 		gone(t, "the delegate of a SIGKILLed daemon", pids[i])
 	}
+	var children []int
+	for i := 1; i < len(pids); i += 2 {
+		if alive(pids[i]) {
+			children = append(children, pids[i])
+		}
+	}
+	if len(children) == 0 {
+		t.Fatal("every delegate's child died with it: the test shows nothing")
+	}
+	// Half the pods are deleted while the daemon is away: the shim falls
+	// back to the binary. The rest by the daemon started again.
+	for _, pod := range pods[:len(pods)/2] {
+		if err := n.rt.Del(context.Background(), testenv.Conf(t, wrapList(t, conf)), pod); err != nil {
+			t.Errorf("DEL while the daemon is away: %v", err)
+		}
+	}
 	d2 := n.startDaemon(t)
 	conf = bytes.Replace(conf, []byte(d.Socket), []byte(d2.Socket), 1)
-	delClean(t, n, conf, "the daemon was killed", pods...)
+	delClean(t, n, conf, "the daemon was killed", pods[len(pods)/2:]...)
+	notRunning(t, "after the pods' DEL", children...)
 }
 
 // hangPods starts k ADDs through the daemon's socket, as k shims, and
