@@ -238,7 +238,7 @@ func TestDaemonSetThick(t *testing.T) {
 		fs.Int("max-calls", 128, "")
 		fs.Duration("shutdown-timeout", 20*time.Second, "")
 		fs.StringVar(&metricsAddr, "metrics-address", "", "")
-		fs.StringVar(&multusSocket, "multus-socket", "auto", "")
+		fs.StringVar(&multusSocket, "multus-socket", "off", "")
 		fs.String("multus-socket-file", "/etc/cni/net.d/manifold.d/"+MultusSocketFileName, "")
 		fs.String("hotplug", "builtin", "")
 		node = &netconf.NodePaths{}
