@@ -237,10 +237,11 @@ const (
 	// socket when it takes over a thick Multus (install's
 	// MultusSocketFileName, in its credentials dir).
 	defaultMultusSocketFile = "/etc/cni/net.d/manifold.d/multus-socket"
-	// multusSocketPoll is how often --multus-socket=auto looks for the
-	// installer's file until it is there.
-	multusSocketPoll = 5 * time.Second
 )
+
+// multusSocketPoll is how often --multus-socket=auto looks for the
+// installer's file until it is there; a variable for tests.
+var multusSocketPoll = 5 * time.Second
 
 // multusAPI is the Multus socket's server once it serves.
 type multusAPI struct {

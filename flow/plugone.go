@@ -182,13 +182,14 @@ func (p *Plugin) plugCall(req *PlugRequest) (*hotplugCall, *scratch.Record, erro
 func (h *hotplugCall) selectionFor(ctx context.Context, req *PlugRequest) (netconf.NetworkSelection, error) {
 	sel := netconf.NetworkSelection{Namespace: req.Pod.Namespace, InterfaceRequest: req.IfName, IPs: req.IPs, MAC: req.MAC, CNIArgs: req.CNIArgs}
 	if req.IfName != "" {
-		pod, err := h.api.WaitForPod(ctx, h.pod.Namespace, h.pod.Name, h.pod.UID, 0)
+		// A consistent read (no UID: not from the watch cache), so that an
+		// annotation edit that the caller has seen is there.
+		pod, err := h.api.WaitForPod(ctx, h.pod.Namespace, h.pod.Name, "", 0)
 		if err != nil {
 			return sel, apiError(fmt.Errorf("read pod %s/%s: %w", h.pod.Namespace, h.pod.Name, err))
 		}
-		h.pod.Annotations = pod.Annotations
 		sels, err := netconf.ParseNetworksAnnotation(pod.Annotations[annotNetworks], pod.Namespace)
-		if err == nil {
+		if err == nil && pod.UID == h.pod.UID {
 			for _, s := range sels {
 				if s.InterfaceRequest == req.IfName {
 					sel.Namespace, sel.Name = s.Namespace, s.Name
