@@ -211,12 +211,18 @@ func TestMultusAPIShimAndController(t *testing.T) {
 		t.Errorf("second /delegate DEL: %v", err)
 	}
 
-	// Plugged once more: the runtime's DEL must remove it with the rest.
-	e.setNetworks(pod, "mv@net1, br@net3")
-	if _, err := e.delegate("ADD", box, pod, "net3", "br", nil); err != nil {
+	// One more, with the entry's mac, as the controller passes it in
+	// interfaceAttributes: the runtime's DEL must remove it with the rest.
+	const mac = "0a:58:0a:e7:00:42"
+	e.nad(e.ns, "mvmac", strings.Replace(e.macvlanConf("", nextSubnet()), `"type":"macvlan",`, `"type":"macvlan","capabilities":{"mac":true},`, 1))
+	e.setNetworks(pod, `[{"name":"mv","interface":"net1"},{"name":"mvmac","interface":"net3","mac":"`+mac+`"}]`)
+	if _, err := e.delegate("ADD", box, pod, "net3", "mvmac", &multus.DelegateInterfaceAttributes{MacRequest: mac}); err != nil {
 		t.Fatalf("/delegate ADD of net3: %v", err)
 	}
-	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv", "net3="+e.ns+"/br")
+	if got := links(t, box.netns)["net3"].mac; got != mac {
+		t.Errorf("net3's MAC = %q, want the requested %s", got, mac)
+	}
+	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv", "net3="+e.ns+"/mvmac")
 
 	if err := multus.CheckAPIReadyNow(e.multusDir); err != nil {
 		t.Errorf("/healthz through Multus's client: %v", err)
