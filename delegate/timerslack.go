@@ -76,7 +76,9 @@ func RaiseTimerSlack(ns int) error {
 			}
 			// The per-thread file is at /proc/<tid>, not under task/.
 			err := os.WriteFile("/proc/"+t.Name()+"/timerslack_ns", []byte(strconv.Itoa(ns)), 0)
-			if err != nil && !errors.Is(err, os.ErrNotExist) { // not a thread gone meanwhile
+			// A thread gone meanwhile: ENOENT before the open, ESRCH
+			// after it (the file was opened, the thread then exited).
+			if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("timer slack of thread %s: %w", t.Name(), err)
 			}
 			done[t.Name()], changed = true, true
