@@ -75,7 +75,7 @@ func CheckNAD(object, namespace, name string, annotations map[string]string, con
 	nad := namespace + "/" + name
 	var out []Problem
 	if strings.TrimSpace(config) != "" {
-		if _, err := netconf.NetworkOfNAD(nad, name, config, "", o.AllowedPluginTypes); err != nil {
+		if _, err := netconf.NetworkOfNAD(nad, name, config, nil, o.AllowedPluginTypes); err != nil {
 			out = append(out, Problem{Object: object, Field: "spec.config", Value: cut(config), Rule: rule(err)})
 		}
 	}

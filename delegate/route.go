@@ -16,10 +16,13 @@ import (
 	"github.com/manifold-cni/manifold/scratch"
 )
 
-// gatewayChoice is the attachment that carries the default route for one family.
+// gatewayChoice is the attachment that carries the default route for one
+// family: through gw, or, with gw nil, through the default routes its own
+// plugins set ("default-route": []).
 type gatewayChoice struct {
-	index int // into rec.Attachments
-	gw    net.IP
+	index  int // into rec.Attachments
+	gw     net.IP
+	family int
 }
 
 // chooseGateways finds the attachments that asked for default-route. More than
@@ -31,15 +34,15 @@ func chooseGateways(atts []netconf.Attachment) (v4, v6 *gatewayChoice, err error
 			if ip == nil {
 				return nil, nil, netconf.Invalid("network %s: default-route gateway %q is not an IP address", atts[i].DisplayName(), g)
 			}
-			slot := &v6
+			slot, family := &v6, netlink.FAMILY_V6
 			if ip.To4() != nil {
-				slot = &v4
+				slot, family = &v4, netlink.FAMILY_V4
 			}
 			if *slot != nil {
 				return nil, nil, netconf.Invalid("network %s: default-route gateway %s conflicts with gateway %s of network %s (one per IP family)",
 					atts[i].DisplayName(), ip, (*slot).gw, atts[(*slot).index].DisplayName())
 			}
-			*slot = &gatewayChoice{index: i, gw: ip}
+			*slot = &gatewayChoice{index: i, gw: ip, family: family}
 		}
 	}
 	return v4, v6, nil
@@ -58,12 +61,41 @@ func CheckDefaultRoutes(atts []netconf.Attachment) error {
 // the requested one is installed, and the results (returned and cached) are edited
 // to match. A family with no request keeps its routes: asking for an IPv4 default
 // via net1 should not cut the pod's IPv6 default via eth0.
+//
+// "default-route": [] asks, in the multi-net spec's words, for the
+// attachment's own default routes (those its plugins set) to be the pod's:
+// in each family that no gateway was asked for, the first such attachment,
+// in attachment order, that has a default route of that family keeps it, and
+// every other interface's default routes of that family are removed. A
+// family in which it has none is left as it is (docs/configuration.md).
 func (r *Runner) applyDefaultRoute(_ context.Context, rec *scratch.Record, results []types.Result) error {
 	v4, v6, err := chooseGateways(rec.Attachments)
-	if err != nil || (v4 == nil && v6 == nil) {
+	if err != nil {
 		return err
 	}
+	var own []int
+	for i := range rec.Attachments {
+		if rec.Attachments[i].DefaultRouteOwn && !rec.Attachments[i].Auxiliary {
+			own = append(own, i)
+		}
+	}
+	if v4 == nil && v6 == nil && len(own) == 0 {
+		return nil
+	}
 	err = inNetNS(rec.NetNS, func() error {
+		for _, slot := range []struct {
+			c      **gatewayChoice
+			family int
+		}{{&v4, netlink.FAMILY_V4}, {&v6, netlink.FAMILY_V6}} {
+			if *slot.c != nil {
+				continue
+			}
+			c, err := ownDefaultRoute(rec.Attachments, own, slot.family)
+			if err != nil {
+				return err
+			}
+			*slot.c = c
+		}
 		for _, c := range []*gatewayChoice{v4, v6} {
 			if c == nil {
 				continue
@@ -76,6 +108,13 @@ func (r *Runner) applyDefaultRoute(_ context.Context, rec *scratch.Record, resul
 	})
 	if err != nil {
 		return fmt.Errorf("set default route in %s: %w", rec.NetNS, err)
+	}
+	for _, i := range own {
+		if (v4 == nil || v4.index != i) && (v6 == nil || v6.index != i) {
+			// Not an error: the pod has the default routes it would have had.
+			r.Log.Warn("\"default-route\": [] changed nothing: the network set no default route of a family that no other network asked a gateway for, or an earlier network's [] took it",
+				"network", rec.Attachments[i].DisplayName(), AttachmentIfnameKey, rec.Attachments[i].IfName)
+		}
 	}
 	for i := range results {
 		edited, changed, err := editResult(results[i], &rec.Attachments[i], i, v4, v6)
@@ -93,21 +132,42 @@ func (r *Runner) applyDefaultRoute(_ context.Context, rec *scratch.Record, resul
 	return nil
 }
 
+// ownDefaultRoute runs inside the pod netns: the first attachment of own
+// whose interface has a default route of family, or nil.
+func ownDefaultRoute(atts []netconf.Attachment, own []int, family int) (*gatewayChoice, error) {
+	for _, i := range own {
+		link, err := netlink.LinkByName(atts[i].IfName)
+		if err != nil {
+			return nil, fmt.Errorf("find interface %s: %w", atts[i].IfName, err)
+		}
+		routes, err := netlink.RouteList(link, family)
+		if err != nil {
+			return nil, fmt.Errorf("list routes on %s: %w", atts[i].IfName, err)
+		}
+		for _, rt := range routes {
+			if isDefault(rt.Dst) {
+				return &gatewayChoice{index: i, family: family}, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
 // moveDefaultRoute runs inside the pod netns.
 func (r *Runner) moveDefaultRoute(atts []netconf.Attachment, c *gatewayChoice) error {
-	family := netlink.FAMILY_V6
-	if c.gw.To4() != nil {
-		family = netlink.FAMILY_V4
-	}
 	for i := range atts {
 		if atts[i].Auxiliary {
 			continue // it made no interface
+		}
+		if i == c.index && c.gw == nil {
+			r.Log.Debug("default route kept", "family", familyName(c.family), AttachmentIfnameKey, atts[i].IfName)
+			continue // its own default routes are the pod's
 		}
 		link, err := netlink.LinkByName(atts[i].IfName)
 		if err != nil {
 			return fmt.Errorf("find interface %s: %w", atts[i].IfName, err)
 		}
-		routes, err := netlink.RouteList(link, family)
+		routes, err := netlink.RouteList(link, c.family)
 		if err != nil {
 			return fmt.Errorf("list routes on %s: %w", atts[i].IfName, err)
 		}
@@ -128,6 +188,13 @@ func (r *Runner) moveDefaultRoute(atts []netconf.Attachment, c *gatewayChoice) e
 		}
 	}
 	return nil
+}
+
+func familyName(family int) string {
+	if family == netlink.FAMILY_V4 {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 func isDefault(dst *net.IPNet) bool {
@@ -156,7 +223,11 @@ func editResult(res types.Result, att *netconf.Attachment, index int, v4, v6 *ga
 	kept := cur.Routes[:0]
 	for _, rt := range cur.Routes {
 		dst := rt.Dst
-		if isDefault(&dst) && ((dst.IP.To4() != nil && v4 != nil) || (dst.IP.To4() == nil && v6 != nil)) {
+		c := v6
+		if dst.IP.To4() != nil {
+			c = v4
+		}
+		if isDefault(&dst) && c != nil && (c.gw != nil || c.index != index) {
 			changed = true
 			continue
 		}
@@ -164,7 +235,7 @@ func editResult(res types.Result, att *netconf.Attachment, index int, v4, v6 *ga
 	}
 	cur.Routes = kept
 	for _, c := range []*gatewayChoice{v4, v6} {
-		if c != nil && c.index == index {
+		if c != nil && c.index == index && c.gw != nil {
 			cur.Routes = append(cur.Routes, &types.Route{Dst: *defaultDst(c.gw), GW: c.gw})
 			changed = true
 		}

@@ -55,7 +55,7 @@ func waves(atts []netconf.Attachment, concurrent bool) [][]int {
 // "net2", say): the test errs on the side of order.
 func orderedAttachment(atts []netconf.Attachment, i int) bool {
 	a := &atts[i]
-	if len(a.DefaultRoute) > 0 || a.Auxiliary {
+	if a.WantsDefaultRoute() || a.Auxiliary {
 		// The auxiliary chain runs after everything else, as Multus runs it.
 		return true
 	}

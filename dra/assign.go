@@ -19,6 +19,9 @@ type Device struct {
 	DeviceID string
 	// Keys are the top-level keys every plugin of the network gets.
 	Keys map[string]any
+	// None is set for a Request.Unlisted that the pod's DRA devices do
+	// not serve either: the network gets no device.
+	None bool
 }
 
 // candidate is one allocated device of a claim, in the order of the
@@ -103,6 +106,10 @@ func Assign(pod *Pod, reqs []Request, claims map[string]*Claim, slices *Slices, 
 			}
 			picked = cand
 			break
+		}
+		if picked == nil && names[i] == "" && r.Unlisted && len(pool) == 0 {
+			out[i] = Device{None: true}
+			continue
 		}
 		if picked == nil {
 			if names[i] == "" {

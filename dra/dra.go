@@ -78,6 +78,11 @@ type Request struct {
 	// Keys are the NAD's device keys (netconf.AnnotDeviceKeys); nil for the
 	// default ones.
 	Keys map[string]string
+	// Unlisted is set when the kubelet listed no device of Attr for the pod
+	// at all (a resource no device plugin serves): when the pod has no DRA
+	// device of it either, the request gets a Device with None set instead
+	// of failing, and the network attaches without a device, as under Multus.
+	Unlisted bool
 }
 
 func (r *Request) String() string { return r.Network + " as " + r.IfName }

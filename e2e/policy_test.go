@@ -190,8 +190,10 @@ func TestDefaultNetworks(t *testing.T) {
 		if !e.cluster.Contains(l["eth0"].addrs[0].IP) || !sextra.Contains(l["net1"].addrs[0].IP) {
 			t.Errorf("eth0 %s / net1 %s, want addresses in %s / %s", l["eth0"].addrString(), l["net1"].addrString(), e.cluster, sextra)
 		}
-		if st, ok := e.status(pod); ok {
-			t.Errorf("pod in a system namespace has a network-status: %+v", st)
+		// Its network-status is written, as Multus v4.3.0 writes it (its
+		// systemNamespaces check compares the pod's name).
+		if st, ok := e.status(pod); !ok || len(st) != 2 || st[0].Interface != "eth0" || st[1].Name != e.sysNS+"/extra" {
+			t.Errorf("pod in a system namespace: network-status %+v (present %v), want eth0 and %s/extra", st, ok, e.sysNS)
 		}
 		e.mustDel(conf, box)
 		e.checkNothingLeft(box)

@@ -353,7 +353,7 @@ func attachSelection(ctx context.Context, log *slog.Logger, conf *netconf.Config
 // when the NAD does not exist.
 func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSelection, def nadDef, found bool) (netconf.Attachment, error) {
 	if !found {
-		return netconf.Attachment{}, netconf.Invalid("network %s/%s: NetworkAttachmentDefinition not found", sel.Namespace, sel.Name)
+		return netconf.Attachment{}, &noNetworkError{netconf.Invalid("network %s/%s: NetworkAttachmentDefinition not found", sel.Namespace, sel.Name)}
 	}
 	att, warnings, err := netconf.AttachmentForSelection(sel, def.config, conf)
 	if err != nil {
@@ -371,6 +371,14 @@ func attachmentFor(log *slog.Logger, conf *netconf.Config, sel netconf.NetworkSe
 	att.Request = netconf.SelectionKey(sel)
 	return att, nil
 }
+
+// noNetworkError is a pod's ADD that failed because a NAD it names does
+// not exist: its Warning event has Multus's reason, NoNetworkFound, which
+// alerts match on. It is a code-7 CNI error (Unwrap).
+type noNetworkError struct{ err *types.Error }
+
+func (e *noNetworkError) Error() string { return e.err.Error() }
+func (e *noNetworkError) Unwrap() error { return e.err }
 
 // waitReadiness waits, bounded, for the readiness indicator file (DESIGN §2).
 func waitReadiness(ctx context.Context, path string, bound time.Duration) error {

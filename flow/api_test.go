@@ -255,7 +255,7 @@ func TestRuntimePodAnnotations(t *testing.T) {
 			}
 			results := make([]types.Result, len(atts))
 			for i := range results {
-				results[i] = &types100.Result{CNIVersion: "1.0.0"}
+				results[i] = &types100.Result{CNIVersion: "1.0.0", Interfaces: []*types100.Interface{{Name: atts[i].IfName, Sandbox: "/x"}}}
 			}
 			p.report(ctx, c, pc, atts, results, nil)
 			api.mu.Lock()

@@ -52,8 +52,10 @@ type fakeAPI struct {
 	sliceLists []string
 	// patchUIDs are the UIDs the status patches were conditional on.
 	patchUIDs []string
-	nadReads  []string
-	podReads  int
+	// statuses are the network-status values patched, in order.
+	statuses []string
+	nadReads []string
+	podReads int
 }
 
 func (f *fakeAPI) WaitForPod(_ context.Context, ns, name, _ string, _ time.Duration) (*k8sclient.Pod, error) {
@@ -91,11 +93,12 @@ func (f *fakeAPI) GetNAD(_ context.Context, ns, name string) (*k8sclient.Network
 	return nad, nil
 }
 
-func (f *fakeAPI) PatchPodAnnotation(_ context.Context, _, _, uid, _, _ string) error {
+func (f *fakeAPI) PatchPodAnnotation(_ context.Context, _, _, uid, _, value string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.patches++
 	f.patchUIDs = append(f.patchUIDs, uid)
+	f.statuses = append(f.statuses, value)
 	return nil
 }
 
@@ -204,7 +207,6 @@ func TestBadInputInProcess(t *testing.T) {
 		{name: "bad JSON annotation", annotation: `[{"name":`, code: 7, mention: []string{"annotation"}},
 		{name: "two IPv4 default routes", annotation: `[{"name":"net-a","default-route":["10.0.0.1"]},{"name":"net-a","default-route":["10.0.1.1"]}]`, code: 7, mention: []string{"10.0.1.1"}},
 		{name: "isolation", annotation: "other/net-b", conf: map[string]any{"namespaceIsolation": true}, code: 7, mention: []string{"other/net-b", "namespaceIsolation"}},
-		{name: "bad logLevel", conf: map[string]any{"logLevel": "loud"}, code: 7, mention: []string{"logLevel", "loud"}},
 		{name: "delegates not a list", conf: map[string]any{"delegates": "x"}, code: 7, mention: []string{"delegates"}},
 		{name: "relative cniDir", conf: map[string]any{"cniDir": "var/lib"}, code: 7, mention: []string{"cniDir", "var/lib"}},
 		{name: "bad duration", conf: map[string]any{"apiTimeout": "soon"}, code: 7, mention: []string{"apiTimeout", "soon"}},

@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/manifold-cni/manifold/devinfo"
 	"github.com/manifold-cni/manifold/dra"
+	"github.com/manifold-cni/manifold/k8sclient"
 	"github.com/manifold-cni/manifold/netconf"
 )
 
@@ -104,8 +107,17 @@ func drawsPluginDevice(att *netconf.Attachment) bool {
 // kubeletErr is set when the kubelet could not be asked: then every such
 // network is left, and the error is the answer unless the pod's DRA
 // devices serve them all.
+//
+// unlisted are the networks of left whose resource the kubelet did not
+// list for the pod at all: a resource that no device plugin serves, such as
+// the extended resources that KubeVirt's bridge-marker and ovs-cni's marker
+// put on the node for the scheduler (bridge.network.kubevirt.io/br1). Where
+// the pod's DRA devices hold none of it either, such a network attaches
+// without a device, as under Multus; a resource that the kubelet listed,
+// but with too few devices, still fails the pod (docs/devices.md).
 type pluginLeft struct {
 	networks   map[int]bool
+	unlisted   map[int]bool
 	taken      map[string][]string
 	kubeletErr error
 }
@@ -121,7 +133,7 @@ type pluginLeft struct {
 // (assignClaims), which fails them if there are none. A kubelet that
 // cannot answer leaves them all, with its error.
 func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachment) (pluginLeft, error) {
-	left := pluginLeft{networks: map[int]bool{}, taken: map[string][]string{}}
+	left := pluginLeft{networks: map[int]bool{}, unlisted: map[int]bool{}, taken: map[string][]string{}}
 	var wanted []string // the resources that some network draws from
 	for i := range atts {
 		if namesPluginResource(&atts[i]) && !slices.Contains(wanted, atts[i].Resource) {
@@ -167,12 +179,52 @@ func assignPluginDevices(ctx context.Context, k *kubelet, atts []netconf.Attachm
 		}
 		if len(pools[a.Resource]) == 0 {
 			left.networks[i] = true
+			if _, listed := answer.Devices[a.Resource]; !listed {
+				left.unlisted[i] = true
+			}
 			continue
 		}
 		a.DeviceID = pools[a.Resource][0]
 		take(a, a.DeviceID)
 	}
 	return left, nil
+}
+
+// ReasonAttachedWithoutDevice is the reason of the Normal event for a
+// network whose NAD names a resource that the kubelet allocated the pod no
+// device of (pluginLeft.unlisted).
+const ReasonAttachedWithoutDevice = "AttachedWithoutDevice"
+
+// noDevice marks att as attached without a device of its resource, and
+// says so in the log; report sends the event.
+func noDevice(c *call, att *netconf.Attachment) {
+	att.NoDeviceOf = att.Resource
+	c.log.Warn("the kubelet lists no device of the network's resource for the pod, nor has the pod a DRA device of it; attaching without a device, as Multus does",
+		"network", att.DisplayName(), "resource", att.Resource)
+}
+
+// noDeviceMessage is the event's message for att (noDevice).
+func noDeviceMessage(att *netconf.Attachment) string {
+	return fmt.Sprintf("%s (%s): the kubelet allocated the pod no device of resource %q, which its NAD names in %s; attached without a device",
+		att.DisplayName(), att.IfName, att.NoDeviceOf, netconf.AnnotResourceName)
+}
+
+// noDeviceEvents sends the Normal event of each network attached without a
+// device (noDevice).
+func (p *Plugin) noDeviceEvents(ctx context.Context, log *slog.Logger, api podAPI, pod *k8sclient.Pod, atts []netconf.Attachment, wg *sync.WaitGroup) {
+	host := hostname()
+	for i := range atts {
+		if atts[i].NoDeviceOf == "" {
+			continue
+		}
+		msg := noDeviceMessage(&atts[i])
+		now := p.now()
+		wg.Go(func() {
+			if err := api.Event(ctx, pod, k8sclient.EventNormal, ReasonAttachedWithoutDevice, msg, host, now); err != nil {
+				log.Warn("send event", "error", err)
+			}
+		})
+	}
 }
 
 // handDevice puts att's device, and the path of its Device Info file, where

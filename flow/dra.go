@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
@@ -28,7 +29,7 @@ func claimRequests(atts []netconf.Attachment, left pluginLeft) ([]dra.Request, e
 		if !drawsClaim(a, i, left) {
 			continue
 		}
-		r := dra.Request{Index: i, Network: a.DisplayName(), IfName: a.IfName, DeviceID: a.DeviceID, Keys: a.DeviceKeys}
+		r := dra.Request{Index: i, Network: a.DisplayName(), IfName: a.IfName, DeviceID: a.DeviceID, Keys: a.DeviceKeys, Unlisted: left.unlisted[i]}
 		switch {
 		case a.ResourceClaim != "":
 			ref, err := netconf.ParseClaimRef(a.ResourceClaim)
@@ -70,6 +71,19 @@ func (p *Plugin) drawClaims(ctx context.Context, c *call, pc *podContext, k *kub
 		return err
 	}
 	if pc.api == nil || pc.pod == nil {
+		// No DRA device can be looked for: the networks on a resource the
+		// kubelet did not list go without one.
+		reqs = slices.DeleteFunc(reqs, func(r dra.Request) bool {
+			if r.Unlisted {
+				noDevice(c, &atts[r.Index])
+			}
+			return r.Unlisted
+		})
+		if len(reqs) == 0 {
+			return nil
+		}
+	}
+	if pc.api == nil || pc.pod == nil {
 		if r := &reqs[0]; r.Ref.Claim == "" {
 			return pluginShortage(atts, r)
 		}
@@ -100,6 +114,10 @@ func (p *Plugin) drawClaims(ctx context.Context, c *call, pc *podContext, k *kub
 	}
 	for i, d := range devs {
 		att := &atts[reqs[i].Index]
+		if d.None {
+			noDevice(c, att)
+			continue
+		}
 		b, err := netconf.SetPluginKeys(att.Config, d.Keys)
 		if err != nil {
 			return netconf.Invalid("network %s: give it device %s: %v", att.DisplayName(), d.ID(), err)

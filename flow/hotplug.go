@@ -148,7 +148,7 @@ func (p *Plugin) Reconcile(ctx context.Context, containerID string, pod *k8sclie
 			var wg sync.WaitGroup
 			p.unservedEvents(ctx, h.log, h.api, h.pod, []netconf.Attachment{att}, &wg)
 			wg.Wait()
-			return fmt.Sprintf("Add %s [%s] from %s", att.IfName, strings.Join(resultIPs(res), ","), att.DisplayName()), nil
+			return addedInterfaceMessage(att.IfName, res, att.DisplayName()), nil
 		}, "AddedInterface")
 		if gone || err != nil {
 			return out, err
@@ -270,7 +270,7 @@ func (h *hotplugCall) plan(ctx context.Context, p *Plugin, rec *scratch.Record, 
 			}
 			return nil, h.refuse(ctx, name, err)
 		}
-		if len(att.DefaultRoute) > 0 {
+		if att.WantsDefaultRoute() {
 			return nil, h.refuse(ctx, name, netconf.Invalid("\"default-route\" cannot be hot-plugged: it would move the default route of a running pod"))
 		}
 		if att.Resource != "" || att.ResourceClaim != "" {
@@ -329,9 +329,6 @@ func (h *hotplugCall) step(ctx context.Context, p *Plugin, do func(context.Conte
 // writeStatus rewrites the pod's network-status from the record and the
 // delegates' cached results: one patch, on the condition of the pod's UID.
 func (h *hotplugCall) writeStatus(ctx context.Context, ch *delegate.Change) {
-	if h.conf.IsSystemNamespace(h.pod.Namespace) {
-		return
-	}
 	results := ch.Results()
 	statuses := make([]netconf.NetworkStatus, 0, len(results))
 	for i, res := range results {

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"sync"
@@ -15,7 +16,7 @@ import (
 // never to stdout, which carries the CNI result. With files (the daemon), calls
 // share one rotating writer per file and the file stays open.
 func newLogger(conf *netconf.Config, stderr io.Writer, files *logFiles) (*slog.Logger, func()) {
-	level, _ := netconf.ParseLogLevel(conf.LogLevel) // validated by ParseConfig
+	level, _ := netconf.ParseLogLevel(conf.LogLevel) // an unknown one is "" now: a warning of ParseConfig
 	var writers []io.Writer
 	closeFn := func() {}
 	if conf.LogFile != "" {
@@ -30,8 +31,52 @@ func newLogger(conf *netconf.Config, stderr io.Writer, files *logFiles) (*slog.L
 	if conf.LogToStderr || conf.LogFile == "" {
 		writers = append(writers, stderr)
 	}
-	h := slog.NewJSONHandler(io.MultiWriter(writers...), &slog.HandlerOptions{Level: level})
+	out := io.MultiWriter(writers...)
+	h := &configWarnings{Handler: slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level}),
+		always: slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn})}
 	return slog.New(h), closeFn
+}
+
+// configWarnings writes the lines about the config's own problems
+// (logConfigWarnings) whatever the level: the admin whose logLevel is a
+// typo must read about it at the default level, error.
+type configWarnings struct {
+	slog.Handler
+	always slog.Handler
+}
+
+// configProblem is the message of those lines.
+const configProblem = "config problem worked around"
+
+func (h *configWarnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, l) || h.always.Enabled(ctx, l)
+}
+
+func (h *configWarnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == configProblem {
+		return h.always.Handle(ctx, r)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *configWarnings) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &configWarnings{Handler: h.Handler.WithAttrs(attrs), always: h.always.WithAttrs(attrs)}
+}
+
+func (h *configWarnings) WithGroup(name string) slog.Handler {
+	return &configWarnings{Handler: h.Handler.WithGroup(name), always: h.always.WithGroup(name)}
+}
+
+// logConfigWarnings logs each problem of the config that the call works
+// around (netconf.Config.Warnings), as a warning that is written at every
+// logLevel.
+func logConfigWarnings(log *slog.Logger, conf *netconf.Config) {
+	for _, w := range conf.Warnings {
+		log.Warn(configProblem, "problem", w)
+	}
 }
 
 func rotatingFile(conf *netconf.Config) *lumberjack.Logger {

@@ -46,12 +46,12 @@ func resolveRef(ctx context.Context, conf *netconf.Config, nads nadSource, key, 
 			return att, nil
 		}
 	}
-	n, err := netconf.FindNetworkInDir(conf.ConfDir, ref)
+	n, dir, err := netconf.FindNetworkInDirs(conf.ConfDirs(), ref)
 	if err != nil {
-		return netconf.Attachment{}, netconf.Invalid("key %q: look up network %q in %s: %v", key, ref, conf.ConfDir, err)
+		return netconf.Attachment{}, netconf.Invalid("key %q: look up network %q in %s: %v", key, ref, dir, err)
 	}
 	if n == nil {
-		return netconf.Attachment{}, netconf.Invalid("key %q: network %q is neither a NAD in namespace %s nor a config in %s", key, ref, conf.MultusNamespace, conf.ConfDir)
+		return netconf.Attachment{}, netconf.Invalid("key %q: network %q is neither a NAD in namespace %s nor a config in %s", key, ref, conf.MultusNamespace, strings.Join(conf.ConfDirs(), " or "))
 	}
 	return netconf.NewAttachment(n, ""), nil
 }

@@ -137,7 +137,13 @@ func (e *envError) Unwrap() error { return e.cni }
 // verb can decide: ADD refuses, DEL knows nothing can be attached under a name
 // that ADD would have refused.
 func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
-	conf, err := netconf.ParseConfig(args.StdinData)
+	parse := netconf.ParseConfig
+	if cmd == "DEL" {
+		// DEL must not leave a pod's networks behind over a key it can do
+		// without (netconf.ParseConfigForDel).
+		parse = netconf.ParseConfigForDel
+	}
+	conf, err := parse(args.StdinData)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +176,7 @@ func (p *Plugin) begin(cmd string, args *skel.CmdArgs) (*call, error) {
 	}
 	c.pod = netconf.PodFromArgs(c.cniArgs)
 	c.log = c.log.With("pod", c.pod.String())
+	logConfigWarnings(c.log, conf)
 	ex := p.exec
 	if ex == nil {
 		// Each delegate's call returns as soon as it has exited, and its

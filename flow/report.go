@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,9 +40,10 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 		wg.Go(func() { p.writeClaimStatus(ctx, c, pc, atts, results) })
 	}
 	p.unservedEvents(ctx, c.log, pc.api, pc.pod, atts, &wg)
-	if c.conf.IsSystemNamespace(pc.pod.Namespace) {
-		return
-	}
+	p.noDeviceEvents(ctx, c.log, pc.api, pc.pod, atts, &wg)
+	// Pods in systemNamespaces get their network-status too, as under
+	// Multus v4.3.0, whose check compares the pod's name, not its
+	// namespace, with the list (docs/compatibility.md).
 	statuses := make([]netconf.NetworkStatus, 0, len(atts))
 	for i := range atts {
 		if atts[i].Auxiliary {
@@ -71,10 +71,10 @@ func (p *Plugin) report(ctx context.Context, c *call, pc *podContext, atts []net
 	}
 	host := hostname()
 	for i := range atts {
-		if atts[i].Auxiliary {
+		if atts[i].Auxiliary || !madeSomething(results[i]) {
 			continue
 		}
-		msg := fmt.Sprintf("Add %s [%s] from %s", atts[i].IfName, strings.Join(resultIPs(results[i]), ","), atts[i].DisplayName())
+		msg := addedInterfaceMessage(atts[i].IfName, results[i], atts[i].DisplayName())
 		now := p.now()
 		wg.Go(func() {
 			if err := pc.api.Event(ctx, pc.pod, k8sclient.EventNormal, "AddedInterface", msg, host, now); err != nil {
@@ -106,14 +106,46 @@ func (p *Plugin) unservedEvents(ctx context.Context, log *slog.Logger, api podAP
 // request left out (unservedEvents).
 const ReasonCapabilityNotDeclared = "CapabilityNotDeclared"
 
+// The reasons of the Warning event of a failed ADD: a NAD that does not
+// exist (Multus's reason for it), or anything else.
+const (
+	ReasonNoNetworkFound       = "NoNetworkFound"
+	ReasonErrorAddingInterface = "ErrorAddingInterface"
+)
+
 // warnEvent tells the pod's owner why its ADD failed.
 func (p *Plugin) warnEvent(ctx context.Context, c *call, pc *podContext, cause error) {
 	if pc == nil || pc.pod == nil {
 		return
 	}
-	if err := pc.api.Event(ctx, pc.pod, k8sclient.EventWarning, "ErrorAddingInterface", cause.Error(), hostname(), p.now()); err != nil {
+	reason := ReasonErrorAddingInterface
+	if nf := (*noNetworkError)(nil); errors.As(cause, &nf) {
+		reason = ReasonNoNetworkFound
+	}
+	if err := pc.api.Event(ctx, pc.pod, k8sclient.EventWarning, reason, cause.Error(), hostname(), p.now()); err != nil {
 		c.log.Warn("send event", "error", err)
 	}
+}
+
+// addedInterfaceMessage is the AddedInterface event's message, as Multus
+// writes it: "Add net1 [10.1.1.11/24 fd00::11/64] from default/macvlan" (Go's
+// %v of the list of addresses in CIDR form, which separates them by spaces).
+func addedInterfaceMessage(ifName string, res types.Result, network string) string {
+	ips := resultIPs(res)
+	if ips == nil {
+		ips = []string{}
+	}
+	return fmt.Sprintf("Add %s %v from %s", ifName, ips, network)
+}
+
+// madeSomething reports whether a result names an interface or an address:
+// Multus sends no AddedInterface event for a plugin that returned neither.
+func madeSomething(res types.Result) bool {
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return true // the event says what it can
+	}
+	return len(cur.Interfaces) > 0 || len(cur.IPs) > 0
 }
 
 // resultIPs lists a result's addresses in CIDR form, for the event message.

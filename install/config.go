@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/manifold-cni/manifold/netconf"
 )
@@ -113,6 +114,11 @@ func checkPlugin(plugin map[string]any, cniVersion, name string, node *netconf.N
 	parsed, err := netconf.ParseConfig(stdin)
 	if err != nil {
 		return fmt.Errorf("generated config would be refused by manifold: %w", err)
+	}
+	if len(parsed.Warnings) > 0 {
+		// manifold works around these on every call; the installer, which
+		// an admin watches, refuses them.
+		return fmt.Errorf("generated config has a problem that manifold would work around on every call: %s", strings.Join(parsed.Warnings, "; "))
 	}
 	if node != nil {
 		if err := node.Apply(stdin, parsed); err != nil {

@@ -286,6 +286,7 @@ func (o *Options) daemonPaths() *netconf.NodePaths {
 		DeviceCheckpoint:   netconf.DefaultDeviceCheckpoint,
 		DeviceInfoDir:      netconf.DefaultDeviceInfoDir,
 		MultusCNIDir:       cmp.Or(o.MultusCNIDir, netconf.DefaultMultusCNIDir),
+		MultusConfDir:      netconf.DefaultMultusConfDir,
 	}
 }
 

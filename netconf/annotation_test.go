@@ -148,7 +148,6 @@ func TestParseNetworksAnnotationErrors(t *testing.T) {
 		{"bad claim", `[{"name":"a","ipam-claim-reference":"Bad_Claim"}]`, []string{`"ipam-claim-reference"`, "Bad_Claim"}},
 		{"bad gateway", `[{"name":"a","default-route":["10.0.0.0/8"]}]`, []string{`"default-route"`, "10.0.0.0/8"}},
 		{"two v4 gateways", `[{"name":"a","default-route":["10.0.0.1","10.0.0.2"]}]`, []string{"10.0.0.1", "10.0.0.2", "family"}},
-		{"empty default-route", `[{"name":"a","default-route":[]}]`, []string{`"default-route"`, "empty"}},
 		{"device id space", `[{"name":"a","deviceID":"a b"}]`, []string{`"deviceID"`}},
 		{"huge", huge, []string{"bytes", "limit"}},
 		{"too many", many, []string{"65 networks", "limit"}},

@@ -32,6 +32,10 @@ type Attachment struct {
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 	// DefaultRoute lists the gateways requested with "default-route" (DESIGN §6).
 	DefaultRoute []string `json:"defaultRoute,omitempty"`
+	// DefaultRouteOwn is "default-route": [], the multi-net spec's way of
+	// saying that this attachment's own default routes, as its plugins set
+	// them, are the pod's (docs/configuration.md, "Default route per family").
+	DefaultRouteOwn bool `json:"defaultRouteOwn,omitempty"`
 	// Resource is the device-plugin resource the network draws a device
 	// from (its NAD's k8s.v1.cni.cncf.io/resourceName), and DeviceID the
 	// device it was given (docs/devices.md). DEL needs neither from the
@@ -51,6 +55,10 @@ type Attachment struct {
 	// DeviceInfoFile is the attachment's Device Info file (the spec's CNI
 	// file), which DEL removes; "" when it has none.
 	DeviceInfoFile string `json:"deviceInfoFile,omitempty"`
+	// NoDeviceOf is the resource of a network attached without a device:
+	// the kubelet listed none of it for the pod, and the pod has no DRA
+	// device of it (as Multus attaches it). ADD tells of it. Not recorded.
+	NoDeviceOf string `json:"-"`
 	// Unserved lists the annotation's requests that the attachment is made
 	// without (applyRequests); ADD warns of them. Not recorded.
 	Unserved []Unserved `json:"-"`
@@ -63,6 +71,12 @@ type Attachment struct {
 // NewAttachment makes an attachment for n with no per-attachment settings.
 func NewAttachment(n *Network, nad string) Attachment {
 	return Attachment{Network: n.Name, NAD: nad, Config: n.Bytes, Capabilities: n.Capabilities}
+}
+
+// WantsDefaultRoute reports whether the attachment's selection had
+// "default-route", with gateways or empty.
+func (a *Attachment) WantsDefaultRoute() bool {
+	return len(a.DefaultRoute) > 0 || a.DefaultRouteOwn
 }
 
 // DisplayName is how an attachment is named in status, events and errors: the NAD

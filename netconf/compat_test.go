@@ -1,6 +1,8 @@
 package netconf
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -61,9 +63,10 @@ var multusV430 = map[string][]string{
 }
 
 // compatStatuses are the words of the doc's "manifold" column. Only "same"
-// claims that manifold reads the key as Multus does; each other one is a
-// deliberate difference.
-var compatStatuses = []string{"same", "differs", "installer", "no", "extra"}
+// claims that manifold reads the key as Multus does, and shows it;
+// "untested" claims the same meaning without a test that shows it; each
+// other one is a deliberate difference.
+var compatStatuses = []string{"same", "untested", "differs", "installer", "no", "extra"}
 
 // TestCompatibilityDocCoversMultus: every key that Multus v4.3.0 reads is in
 // docs/compatibility.md, under its heading, with what manifold does. Where
@@ -91,9 +94,9 @@ func TestCompatibilityDocCoversMultus(t *testing.T) {
 				t.Errorf("%s: Multus's %q is not in docs/compatibility.md", section, key)
 			case status == "extra":
 				t.Errorf("%s: %q is Multus's, not an extra of manifold's", section, key)
-			case status == "same" && section == "Thick daemon keys":
+			case (status == "same" || status == "untested") && section == "Thick daemon keys":
 				t.Errorf("%s: %q cannot be the same: manifold's node daemon takes flags, not Multus's daemon config", section, key)
-			case status != "same":
+			case status != "same" && status != "untested":
 				// A difference, said and explained in the doc.
 			case section == "Config keys" && !slices.Contains(configKeys, key):
 				t.Errorf("%s: the doc says manifold reads %q as Multus does, but ParseConfig does not read it (ConfigKeys: %v)", section, key, configKeys)
@@ -141,6 +144,105 @@ func TestCompatibilityDocIsChecked(t *testing.T) {
 	if !selectionKeyRead("ips") {
 		t.Error("selectionKeyRead says the parser ignores ips")
 	}
+}
+
+// TestCompatibilitySameRowsNameTests: a "same" row of docs/compatibility.md
+// is a claim about behaviour, so it names the tests that show it ("shown by
+// `TestX`"), each an end-to-end test (e2e/) or a privileged one (a
+// *privileged_test.go file) that exists in the repository. A row that
+// names none, or a test that is not there, fails.
+func TestCompatibilitySameRowsNameTests(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "compatibility.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range sameRowProblems(string(doc), behaviourTests(t, "..")) {
+		t.Error(p)
+	}
+}
+
+// TestCompatibilityTestGuardFails: the guard above finds a "same" row that
+// names no test, one that names a test that does not exist, and one that
+// names a unit test.
+func TestCompatibilityTestGuardFails(t *testing.T) {
+	known := map[string]bool{"TestJSONForm": true}
+	doc := "## Selection keys\n\n| key | manifold | notes |\n|---|---|---|\n" +
+		"| `ips` | same | shown by `TestJSONForm` |\n" +
+		"| `mac` | same | no test |\n" +
+		"| `interface` | same | shown by `TestNoSuchTest` |\n" +
+		"| `name` | same | shown by `TestCompatibilityDocIsChecked` |\n" +
+		"| `bandwidth` | untested | |\n"
+	got := sameRowProblems(doc, known)
+	if len(got) != 3 || !strings.Contains(got[0], "`mac`") || !strings.Contains(got[1], "TestNoSuchTest") || !strings.Contains(got[2], "TestCompatibilityDocIsChecked") {
+		t.Errorf("problems %q, want the rows of mac, interface and name", got)
+	}
+	if tests := behaviourTests(t, ".."); !tests["TestDropinConfigs"] || !tests["TestEmptyDefaultRoute"] || tests["TestCompatibilityDocIsChecked"] {
+		t.Errorf("behaviourTests misses an e2e or privileged test, or counts a unit test")
+	}
+}
+
+// testNameRE finds the tests a row names.
+var testNameRE = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+
+// sameRowProblems lists the "same" rows of doc that name no test, or a test
+// that is not in known.
+func sameRowProblems(doc string, known map[string]bool) []string {
+	row := regexp.MustCompile("^\\| *`?([^|`]+?)`? *\\| *([a-z]+) *\\|")
+	var out []string
+	section := ""
+	for _, line := range strings.Split(doc, "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			section = strings.TrimSpace(h)
+			continue
+		}
+		m := row.FindStringSubmatch(line)
+		if m == nil || m[2] != "same" {
+			continue
+		}
+		names := testNameRE.FindAllStringSubmatch(line, -1)
+		if len(names) == 0 {
+			out = append(out, fmt.Sprintf("%s: the \"same\" row of `%s` names no test that shows it (\"shown by `TestX`\", an e2e or privileged test); name one, add one, or call the row untested", section, m[1]))
+		}
+		for _, n := range names {
+			if !known[n[1]] {
+				out = append(out, fmt.Sprintf("%s: the row of `%s` names %s, which is no e2e or privileged test of the repository", section, m[1], n[1]))
+			}
+		}
+	}
+	return out
+}
+
+// behaviourTests are the tests that can show behaviour: every func TestX(
+// of a _test.go file under root's e2e/, or of a *privileged_test.go file.
+func behaviourTests(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	decl := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	out := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != root {
+			return filepath.SkipDir
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") ||
+			!(strings.HasPrefix(rel, "e2e"+string(filepath.Separator)) || strings.HasSuffix(path, "privileged_test.go")) {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // selectionKeyRead says whether the networks annotation's parser reads key:

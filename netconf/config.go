@@ -15,7 +15,13 @@ import (
 
 // Defaults for the keys of DESIGN §2.
 const (
-	DefaultConfDir         = "/etc/cni/manifold/net.d"
+	DefaultConfDir = "/etc/cni/manifold/net.d"
+	// DefaultMultusConfDir is Multus's own default confDir, searched after
+	// confDir (multusConfDir), so that the files Multus's docs tell users to
+	// put there are found on a fresh install too.
+	DefaultMultusConfDir = "/etc/cni/multus/net.d"
+	// MultusConfDirOff, as "multusConfDir", searches confDir alone.
+	MultusConfDirOff       = "none"
 	DefaultCNIDir          = "/var/lib/cni/manifold"
 	DefaultBinDir          = "/opt/cni/bin"
 	DefaultSystemNamespace = "kube-system"
@@ -58,23 +64,26 @@ type LogOptions struct {
 type Config struct {
 	types.PluginConf
 
-	ClusterNetwork         string            `json:"clusterNetwork,omitempty"`
-	DefaultNetworks        []string          `json:"defaultNetworks,omitempty"`
-	Delegates              []json.RawMessage `json:"delegates,omitempty"`
-	Kubeconfig             string            `json:"kubeconfig,omitempty"`
-	ConfDir                string            `json:"confDir,omitempty"`
-	CNIDir                 string            `json:"cniDir,omitempty"`
-	BinDir                 string            `json:"binDir,omitempty"`
-	LogFile                string            `json:"logFile,omitempty"`
-	LogLevel               string            `json:"logLevel,omitempty"`
-	LogToStderr            bool              `json:"logToStderr,omitempty"`
-	LogOptions             *LogOptions       `json:"logOptions,omitempty"`
-	NamespaceIsolation     bool              `json:"namespaceIsolation,omitempty"`
-	RawGlobalNamespaces    string            `json:"globalNamespaces,omitempty"`
-	SystemNamespaces       []string          `json:"systemNamespaces,omitempty"`
-	MultusNamespace        string            `json:"multusNamespace,omitempty"`
-	ReadinessIndicatorFile string            `json:"readinessindicatorfile,omitempty"`
-	RetryDeleteOnError     bool              `json:"retryDeleteOnError,omitempty"`
+	ClusterNetwork  string            `json:"clusterNetwork,omitempty"`
+	DefaultNetworks []string          `json:"defaultNetworks,omitempty"`
+	Delegates       []json.RawMessage `json:"delegates,omitempty"`
+	Kubeconfig      string            `json:"kubeconfig,omitempty"`
+	ConfDir         string            `json:"confDir,omitempty"`
+	// MultusConfDir is searched after ConfDir, for the same lookups
+	// (ConfDirs); "none" turns it off.
+	MultusConfDir          string      `json:"multusConfDir,omitempty"`
+	CNIDir                 string      `json:"cniDir,omitempty"`
+	BinDir                 string      `json:"binDir,omitempty"`
+	LogFile                string      `json:"logFile,omitempty"`
+	LogLevel               string      `json:"logLevel,omitempty"`
+	LogToStderr            bool        `json:"logToStderr,omitempty"`
+	LogOptions             *LogOptions `json:"logOptions,omitempty"`
+	NamespaceIsolation     bool        `json:"namespaceIsolation,omitempty"`
+	RawGlobalNamespaces    string      `json:"globalNamespaces,omitempty"`
+	SystemNamespaces       []string    `json:"systemNamespaces,omitempty"`
+	MultusNamespace        string      `json:"multusNamespace,omitempty"`
+	ReadinessIndicatorFile string      `json:"readinessindicatorfile,omitempty"`
+	RetryDeleteOnError     bool        `json:"retryDeleteOnError,omitempty"`
 	// Where a pod's devices come from, and where their Device Info files go
 	// (docs/devices.md).
 	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
@@ -121,6 +130,11 @@ type Config struct {
 	RawLockTimeout      string `json:"lockTimeout,omitempty"`
 	RawCallTimeout      string `json:"callTimeout,omitempty"`
 
+	// Warnings are the config's problems that the call works around: an
+	// unknown logLevel on every verb, and on DEL every problem that DEL can
+	// do without (ParseConfigForDel). The call logs each one.
+	Warnings []string `json:"-"`
+
 	// Parsed forms, filled by ParseConfig.
 	GlobalNamespaces []string      `json:"-"`
 	APITimeout       time.Duration `json:"-"`
@@ -133,6 +147,20 @@ type Config struct {
 // ParseConfig decodes and validates manifold's config and fills in defaults. Every
 // error is a CNI error with code 7 that names the key at fault.
 func ParseConfig(stdin []byte) (*Config, error) {
+	return parseConfig(stdin, false)
+}
+
+// ParseConfigForDel is ParseConfig for DEL, which must not leave a pod's
+// networks behind over a config problem it can do without: a key that DEL
+// does not need, or one whose default serves it, is set to its default and
+// the problem goes into Warnings. What DEL cannot work around is still an
+// error: config that is not JSON, a cniVersion it cannot answer in, and
+// allowedPluginTypes (a security setting is never loosened).
+func ParseConfigForDel(stdin []byte) (*Config, error) {
+	return parseConfig(stdin, true)
+}
+
+func parseConfig(stdin []byte, lenient bool) (*Config, error) {
 	if len(stdin) > MaxConfigBytes {
 		return nil, Invalid("invalid manifold config: %d bytes, more than the limit of %d", len(stdin), MaxConfigBytes)
 	}
@@ -140,7 +168,7 @@ func ParseConfig(stdin []byte) (*Config, error) {
 	if err := json.Unmarshal(stdin, c); err != nil {
 		return nil, Invalid("invalid manifold config: %s", describeJSONError(err))
 	}
-	if err := c.validate(); err != nil {
+	if err := c.validate(lenient); err != nil {
 		return nil, Invalid("invalid manifold config: %v", err)
 	}
 	return c, nil
@@ -161,7 +189,33 @@ func (c *Config) PrestartDelegates() bool {
 	return c.RawPrestartDelegates == nil || *c.RawPrestartDelegates
 }
 
-func (c *Config) validate() error {
+// ConfDirs are the directories where networks named by name, and the
+// networks of NADs with an empty spec.config, are looked up, in order:
+// confDir, then multusConfDir unless it is off or the same directory.
+func (c *Config) ConfDirs() []string {
+	dirs := []string{c.ConfDir}
+	if m := c.MultusConfDir; m != "" && m != MultusConfDirOff && !samePath(m, c.ConfDir) {
+		dirs = append(dirs, m)
+	}
+	return dirs
+}
+
+// validate checks the config and fills in defaults. With lenient (DEL), a
+// problem that DEL can do without is a warning, and the key takes its
+// default.
+func (c *Config) validate(lenient bool) error {
+	soft := func(err error, reset func()) error {
+		if !lenient {
+			return err
+		}
+		c.Warnings = append(c.Warnings, err.Error()+"; DEL goes on without it")
+		reset()
+		return nil
+	}
+	return c.check(soft)
+}
+
+func (c *Config) check(soft func(err error, reset func()) error) error {
 	if c.CNIVersion == "" {
 		return fmt.Errorf("key \"cniVersion\" is missing")
 	}
@@ -171,33 +225,61 @@ func (c *Config) validate() error {
 		return fmt.Errorf("key \"cniVersion\": unsupported version %q (want one of %s)", c.CNIVersion, strings.Join(version.All.SupportedVersions(), ", "))
 	}
 	if c.ClusterNetwork == "" && len(c.Delegates) == 0 {
-		return fmt.Errorf("neither key \"clusterNetwork\" nor key \"delegates\" is set; one of them names the default network")
+		// DEL reads the pod's networks from its record.
+		if err := soft(fmt.Errorf("neither key \"clusterNetwork\" nor key \"delegates\" is set; one of them names the default network"), func() {}); err != nil {
+			return err
+		}
 	}
 	for i, n := range c.DefaultNetworks {
 		if strings.TrimSpace(n) == "" {
-			return fmt.Errorf("key \"defaultNetworks\"[%d] is empty", i)
+			if err := soft(fmt.Errorf("key \"defaultNetworks\"[%d] is empty", i), func() {}); err != nil {
+				return err
+			}
 		}
 	}
 	if c.AuxiliaryCNIChainName != "" {
 		if err := ValidateNetworkName(c.AuxiliaryCNIChainName); err != nil {
-			return fmt.Errorf("key \"auxiliaryCNIChainName\": %w", err)
+			// DEL runs the chain its record kept.
+			if err := soft(fmt.Errorf("key \"auxiliaryCNIChainName\": %w", err), func() { c.AuxiliaryCNIChainName = "" }); err != nil {
+				return err
+			}
 		}
 	}
 	setDefault(&c.ConfDir, DefaultConfDir)
+	setDefault(&c.MultusConfDir, DefaultMultusConfDir)
 	setDefault(&c.CNIDir, DefaultCNIDir)
 	setDefault(&c.BinDir, DefaultBinDir)
 	setDefault(&c.MultusCNIDir, DefaultMultusCNIDir)
 	if c.MultusCNIDir != MultusCNIDirOff && !filepath.IsAbs(c.MultusCNIDir) {
-		return fmt.Errorf("key \"multusCNIDir\": path %q is not absolute (\"none\" turns it off)", c.MultusCNIDir)
+		if err := soft(fmt.Errorf("key \"multusCNIDir\": path %q is not absolute (\"none\" turns it off)", c.MultusCNIDir), func() { c.MultusCNIDir = DefaultMultusCNIDir }); err != nil {
+			return err
+		}
+	}
+	if c.MultusConfDir != MultusConfDirOff && !filepath.IsAbs(c.MultusConfDir) {
+		if err := soft(fmt.Errorf("key \"multusConfDir\": path %q is not absolute (\"none\" turns it off)", c.MultusConfDir), func() { c.MultusConfDir = DefaultMultusConfDir }); err != nil {
+			return err
+		}
 	}
 	setDefault(&c.MultusNamespace, DefaultSystemNamespace)
 	setDefault(&c.PodResourcesSocket, DefaultPodResourcesSocket)
 	setDefault(&c.DeviceCheckpoint, DefaultDeviceCheckpoint)
 	setDefault(&c.DeviceInfoDir, DefaultDeviceInfoDir)
-	for key, p := range map[string]string{"confDir": c.ConfDir, "cniDir": c.CNIDir, "binDir": c.BinDir,
-		"podResourcesSocket": c.PodResourcesSocket, "deviceCheckpoint": c.DeviceCheckpoint, "deviceInfoDir": c.DeviceInfoDir} {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("key %q: path %q is not absolute", key, p)
+	paths := []struct {
+		key string
+		p   *string
+		def string
+	}{
+		{"confDir", &c.ConfDir, DefaultConfDir}, {"cniDir", &c.CNIDir, DefaultCNIDir}, {"binDir", &c.BinDir, DefaultBinDir},
+		{"podResourcesSocket", &c.PodResourcesSocket, DefaultPodResourcesSocket},
+		{"deviceCheckpoint", &c.DeviceCheckpoint, DefaultDeviceCheckpoint}, {"deviceInfoDir", &c.DeviceInfoDir, DefaultDeviceInfoDir},
+	}
+	for _, k := range paths {
+		if !filepath.IsAbs(*k.p) {
+			// A node path that is not absolute never worked: the records
+			// and files, if any, are where the default puts them.
+			if err := soft(fmt.Errorf("key %q: path %q is not absolute", k.key, *k.p), func() { *k.p = k.def }); err != nil {
+				return err
+			}
 		}
 	}
 	if c.SystemNamespaces == nil {
@@ -219,12 +301,18 @@ func (c *Config) validate() error {
 		c.PodAnnotationsErr = Invalid("invalid runtime config: %v", err)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		return fmt.Errorf("key \"logLevel\": %w", err)
+		// As under Multus, which keeps its default level: a typo in the
+		// level must not stop the node's pods (docs/configuration.md).
+		c.Warnings = append(c.Warnings, fmt.Sprintf("key \"logLevel\": %v; logging at %q", err, "error"))
+		c.LogLevel = ""
 	}
 	if o := c.LogOptions; o != nil {
 		for key, v := range map[string]*int{"maxAge": o.MaxAge, "maxSize": o.MaxSize, "maxBackups": o.MaxBackups} {
 			if v != nil && *v < 0 {
-				return fmt.Errorf("key \"logOptions.%s\": %d is negative", key, *v)
+				if err := soft(fmt.Errorf("key \"logOptions.%s\": %d is negative", key, *v), func() { c.LogOptions = nil }); err != nil {
+					return err
+				}
+				break
 			}
 		}
 	}
@@ -247,12 +335,17 @@ func (c *Config) validate() error {
 		}
 		v, err := time.ParseDuration(d.raw)
 		if err != nil || v < 0 || v > time.Hour {
-			return fmt.Errorf("key %q: %q is not a duration between 0s and 1h", d.key, d.raw)
+			if err := soft(fmt.Errorf("key %q: %q is not a duration between 0s and 1h", d.key, d.raw), func() {}); err != nil {
+				return err
+			}
+			continue
 		}
 		*d.dst = v
 	}
 	if c.CallTimeout == 0 {
-		return fmt.Errorf("key \"callTimeout\": %q would end every call at once; give a duration above 0s", c.RawCallTimeout)
+		if err := soft(fmt.Errorf("key \"callTimeout\": %q would end every call at once; give a duration above 0s", c.RawCallTimeout), func() { c.CallTimeout = DefaultCallTimeout }); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -304,7 +397,7 @@ func jsonKind(v any) string {
 	}
 }
 
-// IsSystemNamespace reports whether pods in ns get no defaultNetworks and no status.
+// IsSystemNamespace reports whether pods in ns get no defaultNetworks.
 func (c *Config) IsSystemNamespace(ns string) bool {
 	for _, s := range c.SystemNamespaces {
 		if s == ns {

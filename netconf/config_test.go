@@ -131,7 +131,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"relative confDir", `{` + base + `,"confDir":"etc/cni"}`, []string{`"confDir"`, "etc/cni"}},
 		{"relative cniDir", `{` + base + `,"cniDir":"x"}`, []string{`"cniDir"`}},
 		{"relative binDir", `{` + base + `,"binDir":"x"}`, []string{`"binDir"`}},
-		{"bad logLevel", `{` + base + `,"logLevel":"loud"}`, []string{`"logLevel"`, "loud"}},
 		{"negative maxAge", `{` + base + `,"logOptions":{"maxAge":-1}}`, []string{`"logOptions.maxAge"`, "-1"}},
 		{"bad apiTimeout", `{` + base + `,"apiTimeout":"soon"}`, []string{`"apiTimeout"`, "soon"}},
 		{"negative lockTimeout", `{` + base + `,"lockTimeout":"-1s"}`, []string{`"lockTimeout"`, "-1s"}},

@@ -101,16 +101,16 @@ func checkResourceName(v string) error {
 // a conflist, in a cniVersion manifold supports, and held to the rules for
 // networks from a NAD
 // (CheckPluginTypes with allowed). An empty spec.config is looked up by the
-// NAD's name in confDir. nad is "namespace/name"; every error is a CNI error
+// NAD's name in confDirs, in order. nad is "namespace/name"; every error is a CNI error
 // with code 7 that names it.
-func NetworkOfNAD(nad, name, config, confDir string, allowed []string) (*Network, error) {
-	n, err := networkForNAD(nad, name, config, confDir)
+func NetworkOfNAD(nad, name, config string, confDirs []string, allowed []string) (*Network, error) {
+	n, err := networkForNAD(nad, name, config, confDirs)
 	if err != nil {
 		return nil, err
 	}
 	// libcni reads a delegate's result only in these versions: a network in
 	// another fails at its first delegate, after a half-done ADD.
-	if !slices.Contains(version.All.SupportedVersions(), n.CNIVersion) {
+	if !slices.Contains(version.All.SupportedVersions(), n.RunVersion()) {
 		return nil, Invalid("network %s: cniVersion %q is not one manifold supports (%s)", nad, truncate(n.CNIVersion, 32), strings.Join(version.All.SupportedVersions(), ", "))
 	}
 	if err := CheckPluginTypes(nad, n, allowed); err != nil {

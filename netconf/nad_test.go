@@ -7,12 +7,12 @@ import (
 
 func TestNetworkOfNADVersions(t *testing.T) {
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
-		if _, err := NetworkOfNAD("ns/n", "n", `{"cniVersion":"`+v+`","type":"bridge"}`, "", nil); err != nil {
+		if _, err := NetworkOfNAD("ns/n", "n", `{"cniVersion":"`+v+`","type":"bridge"}`, nil, nil); err != nil {
 			t.Errorf("cniVersion %s: %v", v, err)
 		}
 	}
 	for _, v := range []string{"1.2.0", "0.3", "1.0", "latest"} {
-		_, err := NetworkOfNAD("ns/n", "n", `{"cniVersion":"`+v+`","type":"bridge"}`, "", nil)
+		_, err := NetworkOfNAD("ns/n", "n", `{"cniVersion":"`+v+`","type":"bridge"}`, nil, nil)
 		requireCode7(t, err)
 		if !strings.Contains(err.Error(), "network ns/n: cniVersion \""+v+"\"") {
 			t.Errorf("cniVersion %s: %v", v, err)

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/containernetworking/cni/pkg/version"
+
 	"github.com/manifold-cni/manifold/internal/safefile"
 )
 
@@ -24,7 +26,9 @@ var networkNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 type Network struct {
 	// Name is the CNI network name ("name" of the conflist).
 	Name string
-	// CNIVersion is the conflist's cniVersion.
+	// CNIVersion is the version libcni runs the conflist in: its cniVersion,
+	// or the highest of its cniVersions that libcni implements; "" when it
+	// gives none (RunVersion).
 	CNIVersion string
 	// Bytes is the conflist JSON: a single plugin config is wrapped into a list of one.
 	Bytes []byte
@@ -59,6 +63,7 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 		return nil, fmt.Errorf("parse network config: %w", err)
 	}
 	var name, cniVersion string
+	var err error
 	if err := optString(top, "name", &name); err != nil {
 		return nil, err
 	}
@@ -76,8 +81,13 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 	if err := ValidateNetworkName(name); err != nil {
 		return nil, err
 	}
-	if cniVersion == "" {
-		return nil, fmt.Errorf("network %q has no \"cniVersion\"", name)
+	// As libcni resolves it: a conflist's "cniVersions" gives the highest
+	// version this libcni implements, and a config with no version at all
+	// runs as CNI 0.1.0 (the plugins are given none, as libcni gives them).
+	if _, isList := top["plugins"]; isList {
+		if cniVersion, err = listVersion(top, cniVersion); err != nil {
+			return nil, fmt.Errorf("network %q: %w", name, err)
+		}
 	}
 
 	var plugins []map[string]json.RawMessage
@@ -131,7 +141,9 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 			list[k] = v
 		}
 	} else {
-		list["cniVersion"] = cniVersion
+		if cniVersion != "" {
+			list["cniVersion"] = cniVersion
+		}
 		list["plugins"] = []any{top}
 		for _, k := range []string{"disableCheck", "disableGC"} {
 			if v, ok := top[k]; ok {
@@ -146,6 +158,53 @@ func ParseNetwork(raw []byte, defaultName string) (*Network, error) {
 	}
 	n.Bytes = b
 	return n, nil
+}
+
+// listVersion is the cniVersion libcni (NetworkConfFromBytes) runs a
+// conflist in: with "cniVersions", the highest of those and "cniVersion"
+// that is not above the version this libcni implements; else "cniVersion".
+// A version libcni cannot parse is an error, as it is libcni's.
+func listVersion(top map[string]json.RawMessage, cniVersion string) (string, error) {
+	raw, ok := top["cniVersions"]
+	if !ok {
+		return cniVersion, nil
+	}
+	var listed []string
+	if err := json.Unmarshal(raw, &listed); err != nil {
+		return "", fmt.Errorf("\"cniVersions\" must be a list of strings, got %s", truncate(string(raw), 40))
+	}
+	if cniVersion != "" {
+		listed = append(listed, cniVersion)
+	}
+	best := ""
+	for _, v := range listed {
+		above, err := version.GreaterThan(v, version.Current())
+		if err != nil {
+			return "", fmt.Errorf("\"cniVersions\": %q is not a version: %w", truncate(v, 32), err)
+		}
+		if above {
+			continue // libcni skips the versions it does not implement
+		}
+		if best == "" {
+			best = v
+		} else if gt, _ := version.GreaterThan(v, best); gt {
+			best = v
+		}
+	}
+	if best == "" {
+		return cniVersion, nil
+	}
+	return best, nil
+}
+
+// RunVersion is the version a network's plugins run in: its cniVersion, or
+// 0.1.0 for a network that gives none (CNI's rule, which libcni and the
+// plugins' skel follow).
+func (n *Network) RunVersion() string {
+	if n.CNIVersion == "" {
+		return "0.1.0"
+	}
+	return n.CNIVersion
 }
 
 // ipamTypeOf is a plugin's "ipam"."type": the plugin runs it from the same
@@ -218,6 +277,24 @@ func LoadNetworkPath(path string) (*Network, error) {
 		return nil, fmt.Errorf("load network from %s: no .conf, .conflist or .json file in the directory", path)
 	}
 	return LoadNetworkFile(files[0])
+}
+
+// FindNetworkInDirs looks in each of dirs in turn (Config.ConfDirs) for a
+// config whose name is name, as FindNetworkInDir does, and returns the first
+// found and the directory it was found in. An error in one directory is
+// returned at once: a broken file of manifold's own is not passed over for
+// one in Multus's directory.
+func FindNetworkInDirs(dirs []string, name string) (*Network, string, error) {
+	for _, dir := range dirs {
+		n, err := FindNetworkInDir(dir, name)
+		if err != nil {
+			return nil, dir, err
+		}
+		if n != nil {
+			return n, dir, nil
+		}
+	}
+	return nil, "", nil
 }
 
 // FindNetworkInDir looks in dir for a config whose name is name. A .conflist wins

@@ -30,6 +30,9 @@ type NodePaths struct {
 	// MultusCNIDir is where DEL, CHECK and GC read, and remove, what Multus
 	// left (config key multusCNIDir); "none" turns that off.
 	MultusCNIDir string
+	// MultusConfDir is searched after ConfDir (config key multusConfDir);
+	// "none" turns that off.
+	MultusConfDir string
 }
 
 // RegisterFlags adds the daemon's flags for the node paths to fs.
@@ -43,6 +46,7 @@ func (n *NodePaths) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&n.DeviceCheckpoint, "device-checkpoint", DefaultDeviceCheckpoint, "the kubelet's device checkpoint, read when the socket is absent (config key deviceCheckpoint)")
 	fs.StringVar(&n.DeviceInfoDir, "device-info-dir", DefaultDeviceInfoDir, "the Device Info spec's directory (config key deviceInfoDir)")
 	fs.StringVar(&n.MultusCNIDir, "multus-cni-dir", DefaultMultusCNIDir, "Multus's cniDir, where DEL, CHECK and GC read what Multus attached (config key multusCNIDir); \"none\" turns that off")
+	fs.StringVar(&n.MultusConfDir, "multus-conf-dir", DefaultMultusConfDir, "Multus's confDir, searched after --conf-dir (config key multusConfDir); \"none\" turns that off")
 }
 
 // keys lists each node key: its config name, its flag, and the field.
@@ -59,6 +63,7 @@ func (n *NodePaths) keys(c *Config) []nodeKey {
 		{"deviceCheckpoint", "device-checkpoint", cmp.Or(n.DeviceCheckpoint, DefaultDeviceCheckpoint), &c.DeviceCheckpoint},
 		{"deviceInfoDir", "device-info-dir", cmp.Or(n.DeviceInfoDir, DefaultDeviceInfoDir), &c.DeviceInfoDir},
 		{"multusCNIDir", "multus-cni-dir", n.MultusCNIDir, &c.MultusCNIDir},
+		{"multusConfDir", "multus-conf-dir", cmp.Or(n.MultusConfDir, DefaultMultusConfDir), &c.MultusConfDir},
 	}
 }
 
@@ -70,7 +75,7 @@ type nodeKey struct {
 // Validate checks the flags: every path that is set is absolute.
 func (n *NodePaths) Validate() error {
 	for _, k := range n.keys(&Config{}) {
-		if k.daemon != "" && k.daemon != MultusCNIDirOff && !filepath.IsAbs(k.daemon) {
+		if k.daemon != "" && k.daemon != MultusCNIDirOff && k.daemon != MultusConfDirOff && !filepath.IsAbs(k.daemon) {
 			return fmt.Errorf("--%s %q is not an absolute path", k.flag, k.daemon)
 		}
 	}
@@ -99,13 +104,14 @@ func (n *NodePaths) Apply(stdin []byte, conf *Config) error {
 		DeviceInfoDir      string `json:"deviceInfoDir"`
 		// multusCNIDir as sent; ParseConfig has put the default into the
 		// parsed config, so the raw value tells "not set".
-		MultusCNIDir string `json:"multusCNIDir"`
+		MultusCNIDir  string `json:"multusCNIDir"`
+		MultusConfDir string `json:"multusConfDir"`
 	}
 	// ParseConfig has decoded the same bytes into the same string fields.
 	if err := json.Unmarshal(stdin, &raw); err != nil {
 		return Invalid("invalid manifold config: %v", err)
 	}
-	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.PodResourcesSocket, raw.DeviceCheckpoint, raw.DeviceInfoDir, raw.MultusCNIDir}
+	sent := NodePaths{raw.BinDir, raw.CNIDir, raw.ConfDir, raw.Kubeconfig, raw.LogFile, raw.PodResourcesSocket, raw.DeviceCheckpoint, raw.DeviceInfoDir, raw.MultusCNIDir, raw.MultusConfDir}
 	mine := n.keys(conf)
 	for i, k := range sent.keys(conf) {
 		d := mine[i]

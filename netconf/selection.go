@@ -36,7 +36,7 @@ func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config
 	if err := sel.Validate(); err != nil {
 		return Attachment{}, nil, Invalid("network %s: invalid selection: %v", nad, err)
 	}
-	n, err := NetworkOfNAD(nad, sel.Name, nadConfig, conf.ConfDir, conf.AllowedPluginTypes)
+	n, err := NetworkOfNAD(nad, sel.Name, nadConfig, conf.ConfDirs(), conf.AllowedPluginTypes)
 	if err != nil {
 		return Attachment{}, nil, err
 	}
@@ -51,6 +51,8 @@ func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config
 	att.IfName = sel.InterfaceRequest
 	if len(sel.DefaultRoute) > 0 {
 		att.DefaultRoute = append([]string(nil), sel.DefaultRoute...)
+	} else if sel.DefaultRoute != nil {
+		att.DefaultRouteOwn = true
 	}
 	warnings, err := applyRequests(&att, n, sel, conf.StrictCapabilities)
 	if err != nil {
@@ -59,16 +61,16 @@ func AttachmentForSelection(sel NetworkSelection, nadConfig string, conf *Config
 	return att, warnings, nil
 }
 
-// networkForNAD parses spec.config, or finds the NAD's network in confDir when
-// spec.config is empty.
-func networkForNAD(nad, name, nadConfig, confDir string) (*Network, error) {
+// networkForNAD parses spec.config, or finds the NAD's network in the conf
+// dirs (confDir, then multusConfDir) when spec.config is empty.
+func networkForNAD(nad, name, nadConfig string, confDirs []string) (*Network, error) {
 	if strings.TrimSpace(nadConfig) == "" {
-		n, err := FindNetworkInDir(confDir, name)
+		n, dir, err := FindNetworkInDirs(confDirs, name)
 		if err != nil {
-			return nil, Invalid("network %s: spec.config is empty, and looking for a config named %q in %s failed: %v", nad, name, confDir, err)
+			return nil, Invalid("network %s: spec.config is empty, and looking for a config named %q in %s failed: %v", nad, name, dir, err)
 		}
 		if n == nil {
-			return nil, Invalid("network %s: spec.config is empty, and %s has no config named %q", nad, confDir, name)
+			return nil, Invalid("network %s: spec.config is empty, and %s has no config named %q", nad, strings.Join(confDirs, " nor "), name)
 		}
 		return n, nil
 	}

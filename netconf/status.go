@@ -20,8 +20,9 @@ type NetworkStatus struct {
 	Mtu       int      `json:"mtu,omitempty"`
 	// Default is always written: readers look for the entry with default=true.
 	Default bool `json:"default"`
-	// DNS is nil when the result carries none, so that no empty object is written.
-	DNS          *types.DNS      `json:"dns,omitempty"`
+	// DNS is always written, "{}" when the result carries none, as Multus
+	// writes it (its NetworkStatus has the struct, which omitempty keeps).
+	DNS          types.DNS       `json:"dns"`
 	Gateway      []string        `json:"gateway,omitempty"`
 	DefaultRoute []string        `json:"default-route,omitempty"`
 	DeviceInfo   json.RawMessage `json:"device-info,omitempty"`
@@ -80,7 +81,7 @@ func BuildNetworkStatus(att Attachment, result types.Result) (NetworkStatus, err
 	}
 	st.Gateway = defaultGateways(res.Routes, mine)
 	if !isEmptyDNS(res.DNS) {
-		st.DNS = res.DNS.Copy()
+		st.DNS = *res.DNS.Copy()
 	}
 	return st, nil
 }

@@ -73,10 +73,11 @@ func sprintf(format string, args ...string) string {
 
 func TestBuildNetworkStatusSecondary(t *testing.T) {
 	att := Attachment{Network: "macvlan-net", NAD: "pods/macvlan", IfName: "net1", DefaultRoute: []string{"10.9.0.1"}}
-	// No routes, no DNS: the keys are left out, "default" is still written.
+	// No routes, no DNS: "gateway" is left out; "default" and "dns" ({}, as
+	// Multus writes it) are always written.
 	res := mustResult(t, "1.0.0", `{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:01","sandbox":"/proc/1/ns/net"}],
 	  "ips":[{"interface":0,"address":"10.9.0.5/16"}]}`)
-	want := `{"name":"pods/macvlan","interface":"net1","ips":["10.9.0.5"],"mac":"02:00:00:00:00:01","default":false,"default-route":["10.9.0.1"]}`
+	want := `{"name":"pods/macvlan","interface":"net1","ips":["10.9.0.5"],"mac":"02:00:00:00:00:01","default":false,"dns":{},"default-route":["10.9.0.1"]}`
 	if got := statusJSON(t, att, res); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -86,14 +87,14 @@ func TestBuildNetworkStatusOldResults(t *testing.T) {
 	att := Attachment{Network: "old", IfName: "net2"}
 	// 0.2.0 has no interfaces: the IPs are taken as they are.
 	res := mustResult(t, "0.2.0", `{"cniVersion":"0.2.0","ip4":{"ip":"10.3.0.4/24","gateway":"10.3.0.1","routes":[{"dst":"0.0.0.0/0"}]},"ip6":{"ip":"fd00::4/64"}}`)
-	want := `{"name":"old","interface":"net2","ips":["10.3.0.4","fd00::4"],"default":false,"gateway":["10.3.0.1"]}`
+	want := `{"name":"old","interface":"net2","ips":["10.3.0.4","fd00::4"],"default":false,"dns":{},"gateway":["10.3.0.1"]}`
 	if got := statusJSON(t, att, res); got != want {
 		t.Errorf("0.2.0: got  %s\nwant %s", got, want)
 	}
 	// Interfaces but none in the sandbox: only the addresses that name no interface.
 	res = mustResult(t, "1.0.0", `{"cniVersion":"1.0.0","interfaces":[{"name":"host0"}],
 	  "ips":[{"interface":0,"address":"192.0.2.1/24"},{"address":"10.4.0.4/24"}]}`)
-	want = `{"name":"old","interface":"net2","ips":["10.4.0.4"],"default":false}`
+	want = `{"name":"old","interface":"net2","ips":["10.4.0.4"],"default":false,"dns":{}}`
 	if got := statusJSON(t, att, res); got != want {
 		t.Errorf("no sandbox: got  %s\nwant %s", got, want)
 	}
@@ -101,12 +102,12 @@ func TestBuildNetworkStatusOldResults(t *testing.T) {
 	res = mustResult(t, "1.0.0", `{"cniVersion":"1.0.0","interfaces":[{"name":"net2","sandbox":"/x"}],
 	  "ips":[{"interface":0,"address":"10.5.0.4/24","gateway":"10.5.0.1"},{"interface":0,"address":"fd05::4/64","gateway":"fd05::1"}],
 	  "routes":[{"dst":"::/0"},{"dst":"0.0.0.0/0"}]}`)
-	want = `{"name":"old","interface":"net2","ips":["10.5.0.4","fd05::4"],"default":false,"gateway":["fd05::1","10.5.0.1"]}`
+	want = `{"name":"old","interface":"net2","ips":["10.5.0.4","fd05::4"],"default":false,"dns":{},"gateway":["fd05::1","10.5.0.1"]}`
 	if got := statusJSON(t, att, res); got != want {
 		t.Errorf("route without gw: got  %s\nwant %s", got, want)
 	}
 	// A nil result still names the attachment.
-	if got, want := statusJSON(t, att, nil), `{"name":"old","interface":"net2","default":false}`; got != want {
+	if got, want := statusJSON(t, att, nil), `{"name":"old","interface":"net2","default":false,"dns":{}}`; got != want {
 		t.Errorf("nil result: got %s, want %s", got, want)
 	}
 }
@@ -120,7 +121,7 @@ func TestMarshalNetworkStatus(t *testing.T) {
 		{Name: "cbr0", Interface: "eth0", Default: true},
 		{Name: "ns/n", Interface: "net1", DeviceInfo: json.RawMessage(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:04:00.5"}}`)},
 	})
-	want := `[{"name":"cbr0","interface":"eth0","default":true},{"name":"ns/n","interface":"net1","default":false,"device-info":{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:04:00.5"}}}]`
+	want := `[{"name":"cbr0","interface":"eth0","default":true,"dns":{}},{"name":"ns/n","interface":"net1","default":false,"dns":{},"device-info":{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:04:00.5"}}}]`
 	if err != nil || string(b) != want {
 		t.Errorf("got  %s (%v)\nwant %s", b, err, want)
 	}

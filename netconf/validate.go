@@ -164,12 +164,9 @@ func checkGateways(gws []string) error {
 		}
 		*slot = g
 	}
-	if gws != nil && len(gws) == 0 {
-		// An empty list would mean "keep this network's own gateway" in the
-		// multi-net spec; manifold cannot tell which one that is before the ADD,
-		// so it asks for an explicit gateway rather than doing nothing quietly.
-		return fmt.Errorf("the list is empty; give the gateway IP(s) to route through")
-	}
+	// An empty list is the multi-net spec's "this network's own default
+	// routes": which ones those are is known after its ADD (delegate's
+	// applyDefaultRoute).
 	return nil
 }
 
