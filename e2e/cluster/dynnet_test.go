@@ -337,7 +337,7 @@ var dynnetBuiltinDifferences = map[string]struct{ node, doc string }{
 func TestDynnetSuite(t *testing.T) {
 	bin := os.Getenv(cluster.DynnetE2EEnv)
 	if bin == "" {
-		t.Skipf("%s is unset: the multus-dynamic-networks-controller's e2e test binary is an external artifact, built outside this repository (`go test -c ./e2e` in its module; docs/hotplug.md, "Tests"), not a missing privilege", cluster.DynnetE2EEnv)
+		t.Skipf("%s is unset: the multus-dynamic-networks-controller's e2e test binary is an external artifact, built outside this repository (`go test -c ./e2e` in its module; docs/hotplug.md, Tests), not a missing privilege", cluster.DynnetE2EEnv)
 	}
 	e := newTenv(t)
 	if err := e.c.ImportAgnhost(e.ctx()); err != nil {
