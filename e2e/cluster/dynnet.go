@@ -8,6 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/manifold-cni/manifold/internal/testenv"
+	"github.com/manifold-cni/manifold/ociimage"
 )
 
 // The multus-dynamic-networks-controller's own e2e suite (its e2e/ package, a
@@ -88,4 +93,124 @@ func (c *Cluster) RunDynnetSuite(ctx context.Context, bin, dir string, env ...st
 		return nil, string(out), fmt.Errorf("run %s: %v; its report lists no spec", bin, runErr)
 	}
 	return specs, string(out), nil
+}
+
+// DynnetControllerImage is the image the controller's manifest names;
+// ImportDynnetController puts one under that name on the node, so that the
+// manifest applies as it is and nothing is pulled.
+const DynnetControllerImage = "ghcr.io/k8snetworkplumbingwg/multus-dynamic-networks-controller:latest-amd64"
+
+// ImportDynnetController packs the controller's binary (built outside this
+// repository, DynnetControllerEnv) with ociimage where its manifest runs it,
+// /dynamic-networks-controller, beside a stand-in for the curl its probes
+// run (e2e/crinode/images/curl), and imports the image into the node's
+// runtime.
+func (c *Cluster) ImportDynnetController(ctx context.Context, controller string) error {
+	root, err := testenv.FindRepoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(c.Dir, "dynnet-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	curl := filepath.Join(dir, "curl")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", curl, "./e2e/crinode/images/curl")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the curl stand-in: %w: %s", err, out)
+	}
+	res, err := ociimage.Write(filepath.Join(dir, "controller.tar"), ociimage.Spec{Ref: DynnetControllerImage,
+		Entrypoint: []string{"/dynamic-networks-controller"},
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Files: []ociimage.File{{Path: "/dynamic-networks-controller", Mode: 0o755, Source: controller},
+			{Path: "/usr/bin/curl", Mode: 0o755, Source: curl}}})
+	if err != nil {
+		return err
+	}
+	if err := c.Node.Import(ctx, res.Path); err != nil {
+		return fmt.Errorf("import %s: %w", DynnetControllerImage, err)
+	}
+	return nil
+}
+
+// The controller's manifests give the runtime's socket at its usual host
+// path; this node's runtime listens in the cluster's dir.
+var criSocketHostPaths = map[string]string{Containerd: "/run/containerd/containerd.sock", CRIO: "/run/crio/crio.sock"}
+
+// DynnetManifest is the controller's manifest for this node's runtime, as
+// an admin applies it here: manifest for containerd, the crio- one beside
+// it for CRI-O, with one edit, the host path of the runtime's socket (the
+// path in the container, which its config names, stays). The result is a
+// JSON List for kubectl.
+func (c *Cluster) DynnetManifest(manifest string) ([]byte, error) {
+	if c.Node.Kind() == CRIO {
+		manifest = filepath.Join(filepath.Dir(manifest), "crio-"+filepath.Base(manifest))
+	}
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		return nil, err
+	}
+	var objs []any
+	edited := 0
+	for _, doc := range yamlSeparator.Split(string(b), -1) {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return nil, fmt.Errorf("%s: %w", manifest, err)
+		}
+		if obj == nil {
+			continue
+		}
+		volumes, _ := dig(obj, "spec", "template", "spec", "volumes").([]any)
+		for _, v := range volumes {
+			hp, _ := dig(v, "hostPath").(map[string]any)
+			if hp != nil && hp["path"] == criSocketHostPaths[c.Node.Kind()] {
+				hp["path"] = c.Node.CRIClient().Socket
+				edited++
+			}
+		}
+		objs = append(objs, obj)
+	}
+	if edited != 1 {
+		return nil, fmt.Errorf("%s: %d host paths of %s's socket (%s), want 1", manifest, edited, c.Node.Kind(), criSocketHostPaths[c.Node.Kind()])
+	}
+	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+}
+
+// ApplyThickWithDaemonArgs applies the thick DaemonSet (Manifest) with
+// image and daemonArgs added to its daemon's, as an admin edits them, and
+// waits for its rollout.
+func (c *Cluster) ApplyThickWithDaemonArgs(ctx context.Context, image string, daemonArgs ...string) error {
+	m, err := c.Manifest(Thick.File, image)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(m, &obj); err != nil {
+		return err
+	}
+	containers, _ := dig(obj, "spec", "template", "spec", "containers").([]any)
+	found := false
+	for _, ci := range containers {
+		if ctr, _ := ci.(map[string]any); ctr["name"] == "daemon" {
+			args, _ := ctr["args"].([]any)
+			for _, a := range daemonArgs {
+				args = append(args, a)
+			}
+			ctr["args"], found = args, true
+		}
+	}
+	if !found {
+		return fmt.Errorf("%s has no container named daemon", Thick.File)
+	}
+	if m, err = json.Marshal(obj); err != nil {
+		return err
+	}
+	if out, err := c.Kubectl(ctx, string(m), "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("kubectl apply %s with the daemon's %q: %w: %s", Thick.File, daemonArgs, err, out)
+	}
+	_, err = c.Run(ctx, rolloutStep(Thick), image)
+	return err
 }

@@ -7,6 +7,7 @@ package cluster_test
 // been built outside this repository (cluster.DynnetE2EEnv).
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -330,10 +331,15 @@ var dynnetBuiltinDifferences = map[string]struct{ node, doc string }{
 }
 
 // TestDynnetSuite runs the multus-dynamic-networks-controller's own e2e
-// binary, unchanged, against manifold in thick mode with its built-in
-// hot-plug: every spec passes but those of dynnetBuiltinDifferences, which
-// fail as documented. The binary is built outside this repository
-// (cluster.DynnetE2EEnv); without it the test is skipped.
+// binary, unchanged, against manifold in thick mode, twice. With manifold's
+// built-in hot-plug, every spec passes but those of
+// dynnetBuiltinDifferences, which fail as documented. Through the
+// controller itself, deployed from its manifest (its image packed here from
+// its binary) and calling manifold's /delegate on Multus's socket, with
+// manifold's own hot-plug handed over to it (--hotplug=external), every spec
+// passes. The binaries and the manifest are built and fetched outside this
+// repository (cluster.DynnetE2EEnv, DynnetControllerEnv, DynnetManifestEnv);
+// without them the test, or its second half, is skipped.
 func TestDynnetSuite(t *testing.T) {
 	bin := os.Getenv(cluster.DynnetE2EEnv)
 	if bin == "" {
@@ -343,9 +349,92 @@ func TestDynnetSuite(t *testing.T) {
 	if err := e.c.ImportAgnhost(e.ctx()); err != nil {
 		t.Fatal(err)
 	}
-	e.install(cluster.Thick, imageV1)
-	e.runSuite(bin, dynnetBuiltinDifferences)
-	e.uninstall(cluster.Thick)
+	t.Run("built-in hot-plug", func(t *testing.T) {
+		se := *e
+		se.t = t
+		se.install(cluster.Thick, imageV1)
+		se.runSuite(bin, dynnetBuiltinDifferences)
+		se.uninstall(cluster.Thick)
+	})
+	t.Run("through the controller", func(t *testing.T) {
+		controller, manifest := os.Getenv(cluster.DynnetControllerEnv), os.Getenv(cluster.DynnetManifestEnv)
+		if controller == "" || manifest == "" {
+			t.Skipf("%s or %s is unset: the controller's binary and its manifest are external artifacts, built and fetched outside this repository (docs/hotplug.md, Tests), not a missing privilege", cluster.DynnetControllerEnv, cluster.DynnetManifestEnv)
+		}
+		se := *e
+		se.t = t
+		se.install(cluster.Thick, imageV1)
+		se.deployController(controller, manifest)
+		se.runSuite(bin, nil)
+		se.uninstall(cluster.Thick)
+	})
+}
+
+// externalHotplug are the daemon's flags that hand hot-plug over to the
+// controller: manifold's own reaction to an annotation edit is off, and
+// Multus's daemon API is served on Multus's socket.
+var externalHotplug = []string{"--hotplug=external"}
+
+// deployController hands manifold's hot-plug over to the controller and
+// deploys it from its manifest, and waits for its pod to be Ready (its
+// probes ask manifold's /healthz on Multus's socket). The test's clean-up
+// deletes it.
+func (e *tenv) deployController(controller, manifestPath string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx(), 5*time.Minute)
+	defer cancel()
+	if err := e.c.ApplyThickWithDaemonArgs(ctx, imageV1, externalHotplug...); err != nil {
+		e.t.Fatalf("%v\n%s", err, e.installerLogs(cluster.Thick))
+	}
+	// The controller's pod is on the pod network: its in-cluster config
+	// needs the kubernetes Service, which kube-proxy would serve.
+	if err := e.c.ServeAPIToPods(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.c.ImportDynnetController(ctx, controller); err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := e.c.DynnetManifest(manifestPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if out, err := e.c.Kubectl(ctx, string(m), "delete", "-f", "-", "--wait=true", "--timeout=2m"); err != nil {
+			e.t.Errorf("delete the controller: %v: %s", err, out)
+		}
+	})
+	if out, err := e.c.Kubectl(ctx, string(m), "apply", "-f", "-"); err != nil {
+		e.t.Fatalf("kubectl apply the controller's manifest: %v: %s", err, out)
+	}
+	const ds = "dynamic-networks-controller-ds"
+	if out, err := e.c.Kubectl(ctx, "", "-n", "kube-system", "rollout", "status", "ds/"+ds, "--timeout=4m"); err != nil {
+		e.t.Fatalf("the controller's rollout: %v: %s\n%s", err, out, e.controllerLog())
+	}
+	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			e.t.Logf("the controller's log:\n%s", e.controllerLog())
+		}
+	})
+}
+
+// controllerLog is the log of the controller's pods (its manifest's label
+// name=dynamic-networks-controller), for a failure report.
+func (e *tenv) controllerLog() string {
+	pods, err := e.c.Clientset().CoreV1().Pods("kube-system").List(e.ctx(), metav1.ListOptions{LabelSelector: "name=dynamic-networks-controller"})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i := range pods.Items {
+		log, err := e.c.ContainerLog(&pods.Items[i], "dynamic-networks-controller")
+		if len(log) > 20000 {
+			log = log[len(log)-20000:]
+		}
+		fmt.Fprintf(&b, "=== %s (%v):\n%s\n", pods.Items[i].Name, err, log)
+	}
+	return b.String()
 }
 
 // runSuite runs the suite's binary and checks its specs: each passes, or is
