@@ -47,7 +47,10 @@ func Run(args []string) int {
 	maxCalls := fs.Int("max-calls", defaultMaxCalls, "calls served at once; a call beyond it waits for a slot for 5s, then gets code 11 (daemon busy)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long calls in flight may finish before they are cancelled (their delegates killed)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, for the pod watch of hot-plug (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)")
-	hotplugOn := fs.Bool("hotplug", true, "change a running pod's networks when its networks annotation changes (docs/hotplug.md); needs --node-name and an API server")
+	hotplug := hotplugBuiltin
+	fs.Var(&hotplug, "hotplug", "who changes a running pod's networks when its networks annotation changes (docs/hotplug.md): builtin (the daemon's pod watch; needs --node-name and an API server), external (a controller such as the multus-dynamic-networks-controller, through /delegate on the Multus socket; no pod watch) or off; true and false mean builtin and off")
+	multusSocket := fs.String("multus-socket", multusSocketAuto, "serve Multus's daemon API (/cni, /delegate, /healthz, /readyz) on this unix socket (docs/thick-mode.md): an absolute path, \"auto\" (the path the installer wrote to --multus-socket-file when it took over a thick Multus, once that file is there) or \"off\"")
+	multusSocketFile := fs.String("multus-socket-file", defaultMultusSocketFile, "with --multus-socket=auto, the file in which manifold-install names Multus's socket when it takes over a thick Multus")
 	metricsAddr := fs.String("metrics-address", "", "serve Prometheus metrics on /metrics and a health check on /healthz at this host:port (127.0.0.1 only by convention); empty: off")
 	cpuProfile := fs.String("cpu-profile", "", "write a Go CPU profile of the daemon's whole run to this file, for `go tool pprof` (docs/performance.md); empty: off")
 	node := &netconf.NodePaths{}
@@ -97,7 +100,7 @@ func Run(args []string) int {
 	defer stop()
 	// Before any goroutine of ours creates a file: listenSocket sets the
 	// process's umask for a moment.
-	ln, err := takeSocket(ctx, log, *socket)
+	ln, err := takeSocket(ctx, log, *socket, true)
 	if err != nil {
 		log.Error("daemon failed to start", "error", err)
 		return 1
@@ -105,7 +108,13 @@ func Run(args []string) int {
 	d := newDaemon(log, *hostRoot, node)
 	d.setMaxCalls(*maxCalls)
 	d.shutdownTimeout = *shutdownTimeout
-	hp := startHotplug(ctx, log, d, *hotplugOn, *nodeName, node)
+	hp := startHotplug(ctx, log, d, hotplug, *nodeName, node)
+	ms, err := startMultusAPI(ctx, log, d, hotplug, *multusSocket, *multusSocketFile)
+	if err != nil {
+		ln.Close()
+		log.Error("daemon failed to start", "error", err)
+		return 1
+	}
 	if *metricsAddr != "" {
 		// /livez is the liveness probe's check made from inside: a VERSION
 		// call through the socket, as `--probe` makes it, without a process
@@ -128,6 +137,14 @@ func Run(args []string) int {
 		"confDir", node.ConfDir, "kubeconfig", node.Kubeconfig, "logFile", node.LogFile, "maxCalls", *maxCalls,
 		"shutdownTimeout", shutdownTimeout.String(), "gomaxprocs", procs, "version", flow.Version)
 	err = d.serve(ctx, ln)
+	// The Multus socket's calls, bounded as the shim's: past the
+	// shutdown timeout they are cancelled (d.base), then given killWait.
+	if !ms.waitWithin(*shutdownTimeout) {
+		d.cancelBase(errShuttingDown)
+		if !ms.waitWithin(killWait) {
+			log.Error("calls on the Multus socket still running after they were cancelled; exiting without them", "waited", killWait.String())
+		}
+	}
 	if !hp.waitWithin(*shutdownTimeout) {
 		log.Warn("hot-plug changes still running at exit; a pod's DEL or GC undoes what they left", "waited", shutdownTimeout.String())
 	}
@@ -206,9 +223,9 @@ var errSocketBusy = errors.New("another daemon is answering there")
 // of a rolling update that starts the new pod first), it waits for it to stop:
 // the old daemon finishes its calls, and until the new one listens the shims
 // run the binary.
-func takeSocket(ctx context.Context, log *slog.Logger, path string) (*net.UnixListener, error) {
+func takeSocket(ctx context.Context, log *slog.Logger, path string, umask bool) (*net.UnixListener, error) {
 	for logged := false; ; logged = true {
-		ln, err := listenSocket(path)
+		ln, err := listenSocket(path, umask)
 		if !errors.Is(err, errSocketBusy) {
 			return ln, err
 		}

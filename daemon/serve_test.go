@@ -39,7 +39,7 @@ func serveTestDaemon(t *testing.T, configure func(*daemon)) *servedDaemon {
 	if configure != nil {
 		configure(d)
 	}
-	ln, err := listenSocket(s.socket)
+	ln, err := listenSocket(s.socket, true)
 	if err != nil {
 		t.Fatal(err)
 	}

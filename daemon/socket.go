@@ -22,10 +22,13 @@ var sharedDirs = []string{"/", "/run", "/var/run", "/tmp", "/var/tmp", "/var", "
 // answers on is not.
 //
 // The directory is made 0700 whoever created it (a hostPath volume makes it
-// 0755), and the socket is created 0600: the umask is set around the bind, so
-// there is no moment at which it has a wider mode. The umask is the process's,
-// so this runs before the daemon starts goroutines that create files.
-func listenSocket(path string) (*net.UnixListener, error) {
+// 0755), and the socket is created 0600: with umask, the umask is set around
+// the bind, so there is no moment at which it has a wider mode. The umask is
+// the process's, so that runs before the daemon starts goroutines that
+// create files. Without it (a socket taken later, as Multus's), the socket is
+// made 0600 right after the bind, while its directory, already 0700, keeps
+// everyone but root out.
+func listenSocket(path string, umask bool) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
 	if !filepath.IsAbs(path) || slices.Contains(sharedDirs, dir) {
 		return nil, fmt.Errorf("--socket %s: give the socket an absolute path in a directory of its own, which the daemon makes 0700 (not %s)", path, dir)
@@ -43,11 +46,22 @@ func listenSocket(path string) (*net.UnixListener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
-	old := syscall.Umask(0o177)
+	var old int
+	if umask {
+		old = syscall.Umask(0o177)
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
+	if umask {
+		syscall.Umask(old)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if !umask {
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("restrict socket %s to 0600: %w", path, err)
+		}
 	}
 	return ln, nil
 }

@@ -43,7 +43,7 @@ var (
 // until then; /healthz and the metrics say which.
 type hotplugState struct {
 	m        *metrics
-	disabled bool // --hotplug=false: nothing to report
+	disabled bool // --hotplug=off or external: no pod watch, nothing to report
 
 	mu  sync.Mutex
 	hp  *hotplug
@@ -53,11 +53,17 @@ type hotplugState struct {
 // startHotplug starts the pod watch and the hot-plug controller, now or, when
 // the set-up fails, in the background with growing waits until it works or
 // ctx ends.
-func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, on bool, nodeName string, node *netconf.NodePaths) *hotplugState {
+func startHotplug(ctx context.Context, log *slog.Logger, d *daemon, mode hotplugMode, nodeName string, node *netconf.NodePaths) *hotplugState {
 	s := &hotplugState{m: d.metrics}
 	switch {
-	case !on:
-		log.Info("hot-plug is off (--hotplug=false)")
+	case mode == hotplugOff:
+		log.Info("hot-plug is off (--hotplug=off)")
+		s.disabled = true
+		return s
+	case mode == hotplugExternal:
+		// An external controller owns the changes: the daemon must not act
+		// on the same annotation edit, so it does not watch pods at all.
+		log.Info("hot-plug belongs to an external controller (--hotplug=external): no pod watch; /delegate on the Multus socket serves it")
 		s.disabled = true
 		return s
 	case nodeName == "":

@@ -225,7 +225,7 @@ func TestDaemonSetThick(t *testing.T) {
 	// paths, S being the config's socket. The node paths' flags and their
 	// defaults are the daemon's own (netconf.NodePaths.RegisterFlags).
 	var node *netconf.NodePaths
-	var metricsAddr string
+	var metricsAddr, multusSocket string
 	daemonFlags := func(pod string) (socket, hostRoot string) {
 		cmd := expandArgs(t, daemon, pod)
 		if len(cmd) < 2 || cmd[0] != DefaultOptions().Binary || cmd[1] != "daemon" {
@@ -238,6 +238,9 @@ func TestDaemonSetThick(t *testing.T) {
 		fs.Int("max-calls", 128, "")
 		fs.Duration("shutdown-timeout", 20*time.Second, "")
 		fs.StringVar(&metricsAddr, "metrics-address", "", "")
+		fs.StringVar(&multusSocket, "multus-socket", "auto", "")
+		fs.String("multus-socket-file", "/etc/cni/net.d/manifold.d/"+MultusSocketFileName, "")
+		fs.String("hotplug", "builtin", "")
 		node = &netconf.NodePaths{}
 		node.RegisterFlags(fs)
 		if err := fs.Parse(cmd[2:]); err != nil || fs.NArg() > 0 {
@@ -293,6 +296,21 @@ func TestDaemonSetThick(t *testing.T) {
 		t.Errorf("daemon --host-root %s: mounted with propagation %s; want HostToContainer", hostRoot, propagation(m))
 	} else if m.ReadOnly {
 		t.Errorf("daemon --host-root %s: mounted read-only, but delegates write leases and locks there", hostRoot)
+	}
+
+	// Multus's daemon API on a node taken over from a thick Multus: the
+	// socket the installer names (Multus's default one) is in the host's
+	// /run/multus, which the daemon mounts where the host has it, and the
+	// installer's file is in the conf dir's manifold.d, which it mounts too.
+	if multusSocket == "auto" {
+		if m, ok := mountFor(daemon, "/run/multus"); !ok || m.MountPath != "/run/multus" {
+			t.Errorf("daemon --multus-socket=auto: /run/multus is not mounted (nearest mount %+v)", m)
+		} else if v := volumes[m.Name]; v.HostPath == nil || v.HostPath.Path != "/run/multus" || m.ReadOnly {
+			t.Errorf("daemon's /run/multus is mounted from %+v; want the host's /run/multus, writable", v.VolumeSource)
+		}
+		if m, ok := mountFor(daemon, "/etc/cni/net.d/manifold.d/"+MultusSocketFileName); !ok || volumes[m.Name].HostPath == nil {
+			t.Errorf("daemon --multus-socket=auto: the installer's file is not on a host path in the daemon (nearest mount %+v)", m)
+		}
 	}
 
 	// Every host path in the config that manifold itself reads or writes in

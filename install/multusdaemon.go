@@ -145,3 +145,41 @@ func decodeMultusDaemonConfig(data []byte) (map[string]any, error) {
 	}
 	return conf, nil
 }
+
+// MultusSocketFileName is the file in the credentials dir in which the
+// installer names Multus's socket when it takes over a thick Multus: the
+// node daemon, with --multus-socket=auto, serves Multus's daemon API there
+// (docs/thick-mode.md), for the clients of Multus's daemon (the
+// multus-dynamic-networks-controller) and any multus-shim config left.
+const MultusSocketFileName = "multus-socket"
+
+// multusSocketPath is the host path of a thick Multus's socket: its shim
+// config's daemonSocketDir, else Multus's default, /run/multus/, with
+// multus.sock in it.
+func multusSocketPath(m *multusConfig) string {
+	dir, _ := m.plugin["daemonSocketDir"].(string)
+	if dir == "" || !filepath.IsAbs(dir) {
+		dir = "/run/multus/"
+	}
+	return filepath.Join(dir, "multus.sock")
+}
+
+// noteMultusSocket writes MultusSocketFileName for a thick Multus taken
+// over; a node with no thick Multus gets none. The file is kept when Multus
+// is gone: the controller still calls that socket.
+func (in *installer) noteMultusSocket() error {
+	m := in.multus
+	if m == nil || !m.shim {
+		return nil
+	}
+	path := filepath.Join(in.o.credDir(), MultusSocketFileName)
+	data := []byte(multusSocketPath(m) + "\n")
+	if sameContent(path, data) {
+		return nil
+	}
+	if err := WriteFileAtomic(path, data, 0o644); err != nil {
+		return fmt.Errorf("name Multus's socket for the node daemon: %w", err)
+	}
+	in.log.Info("took over a thick Multus: the node daemon serves Multus's daemon API on its socket", "socket", multusSocketPath(m), "file", path)
+	return nil
+}

@@ -245,6 +245,9 @@ func (in *installer) desiredConfig() (data []byte, source string, err error) {
 		m.resolve(in.o)
 		in.logDecisions(m)
 	}
+	if err := in.noteMultusSocket(); err != nil {
+		return nil, "", err
+	}
 	var p *Primary
 	if in.multus.hasDefault() {
 		// Multus's config names the default network itself: it is the one
