@@ -372,8 +372,9 @@ func TestDynnetSuite(t *testing.T) {
 
 // externalHotplug are the daemon's flags that hand hot-plug over to the
 // controller: manifold's own reaction to an annotation edit is off, and
-// Multus's daemon API is served on Multus's socket.
-var externalHotplug = []string{"--hotplug=external"}
+// Multus's daemon API is served on Multus's socket, where the controller's
+// manifest mounts it from (on a fresh install "auto" serves none).
+var externalHotplug = []string{"--hotplug=external", "--multus-socket=/run/multus/multus.sock"}
 
 // deployController hands manifold's hot-plug over to the controller and
 // deploys it from its manifest, and waits for its pod to be Ready (its
