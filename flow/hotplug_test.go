@@ -101,7 +101,7 @@ func TestDiffRequests(t *testing.T) {
 			annotation: "a, a@net1", removes: []string{}, adds: []string{}},
 		{name: "another field changed with the name written in replaces it", record: base,
 			annotation: `[{"name":"a","interface":"net1","mac":"02:00:00:00:00:01"},{"name":"b"}]`,
-			removes: []string{"net1"}, adds: []string{"default/a@net1"}},
+			removes:    []string{"net1"}, adds: []string{"default/a@net1"}},
 		{name: "cni-args numbers survive the name's removal", record: []recorded{{"eth0", ""}, {"net1", `[{"name":"a","cni-args":{"n":12345678901234567890}}]`}},
 			annotation: `[{"name":"a","interface":"net1","cni-args":{"n":12345678901234567890}}]`, removes: []string{}, adds: []string{}},
 		{name: "the default network and defaultNetworks are never removed",
