@@ -210,18 +210,59 @@ func (p *Plugin) hotplugCall(rec *scratch.Record, pod *k8sclient.Pod) (*hotplugC
 // the entries that no attachment answers, in the annotation's order. The
 // default network, and what the config attaches (defaultNetworks), are
 // never part of it.
+//
+// An entry answers to the attachment made for it. Writing into an entry the
+// name its interface already has, or taking that name out of it, asks for
+// the same interface again: the attachment stays, as it would under Multus's
+// dynamic networks controller, which reads names off network-status (its
+// e2e names the interfaces of unnamed entries this way). So a named entry is
+// first matched by its interface, then unnamed entries by their exact
+// request, then by their request with the name left out.
 func diffRequests(recorded []scratch.AttachmentSummary, sels []netconf.NetworkSelection) (removes []string, adds []netconf.NetworkSelection) {
 	used := make([]bool, len(recorded))
-	for _, sel := range sels {
-		key := netconf.SelectionKey(sel)
-		found := false
+	matched := make([]bool, len(sels))
+	keys := make([]string, len(sels))
+	for j, sel := range sels {
+		keys[j] = netconf.SelectionKey(sel)
+	}
+	unnamed := map[int]string{} // the recorded requests with their name left out
+	nameless := func(i int) string {
+		k, ok := unnamed[i]
+		if !ok {
+			k = requestWithoutInterface(recorded[i].Request)
+			unnamed[i] = k
+		}
+		return k
+	}
+	match := func(j int, ok func(i int, a scratch.AttachmentSummary) bool) {
 		for i, a := range recorded {
-			if !used[i] && !a.IsDefault && a.Request != "" && a.Request == key {
-				used[i], found = true, true
-				break
+			if !used[i] && !a.IsDefault && a.Request != "" && ok(i, a) {
+				used[i], matched[j] = true, true
+				return
 			}
 		}
-		if !found {
+	}
+	for j, sel := range sels {
+		if sel.InterfaceRequest == "" {
+			continue
+		}
+		want := requestWithoutInterface(keys[j])
+		match(j, func(i int, a scratch.AttachmentSummary) bool {
+			return a.IfName == sel.InterfaceRequest && (a.Request == keys[j] || want != "" && nameless(i) == want)
+		})
+	}
+	for j, sel := range sels {
+		if !matched[j] && sel.InterfaceRequest == "" {
+			match(j, func(_ int, a scratch.AttachmentSummary) bool { return a.Request == keys[j] })
+		}
+	}
+	for j, sel := range sels {
+		if !matched[j] && sel.InterfaceRequest == "" {
+			match(j, func(i int, _ scratch.AttachmentSummary) bool { return keys[j] != "" && nameless(i) == keys[j] })
+		}
+	}
+	for j, sel := range sels {
+		if !matched[j] {
 			adds = append(adds, sel)
 		}
 	}
@@ -231,6 +272,24 @@ func diffRequests(recorded []scratch.AttachmentSummary, sels []netconf.NetworkSe
 		}
 	}
 	return removes, adds
+}
+
+// requestWithoutInterface is a recorded request (netconf.SelectionKey) with
+// its interface name left out, or "" when it does not decode. Numbers stay
+// json.Number, as the parser makes them, so that the key is the one
+// SelectionKey gives the same entry written without a name.
+func requestWithoutInterface(key string) string {
+	var sel netconf.NetworkSelection
+	dec := json.NewDecoder(strings.NewReader(key))
+	dec.UseNumber()
+	if err := dec.Decode(&sel); err != nil {
+		return ""
+	}
+	if sel.InterfaceRequest == "" {
+		return key
+	}
+	sel.InterfaceRequest = ""
+	return netconf.SelectionKey(sel)
 }
 
 // plan builds the attachments to add, before anything changes: isolation,

@@ -144,9 +144,10 @@ func (c *CRIO) start(ctx context.Context) error {
 
 // mirroredRegistries are the registries whose images Import can put into
 // CRI-O: the node image's (ImageRef), manifold's (ghcr.io), the demo's
-// (registry.example) and the usual public ones. CRI-O reads its registries
+// (registry.example) and the usual public ones (k8s.gcr.io: the agnhost
+// stand-in of the cluster tier's dynnet tests). CRI-O reads its registries
 // config once, so the list is fixed when it starts.
-var mirroredRegistries = []string{"manifold.test", "ghcr.io", "registry.example", "docker.io", "registry.k8s.io", "quay.io"}
+var mirroredRegistries = []string{"manifold.test", "ghcr.io", "registry.example", "docker.io", "registry.k8s.io", "k8s.gcr.io", "quay.io"}
 
 // registriesConf is CRI-O's registries config: every registry of
 // mirroredRegistries has the local one (host, plain HTTP) as its mirror, so
