@@ -224,6 +224,19 @@ func TestMultusAPIShimAndController(t *testing.T) {
 	}
 	e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv", "net3="+e.ns+"/mvmac")
 
+	// An element that names no interface: the controller sends an empty
+	// CNI_IFNAME, which Multus's daemon (libcni) refuses with code 4, and
+	// the controller then leaves the pod alone. manifold refuses it alike
+	// and attaches nothing.
+	_, err = e.delegate("ADD", box, pod, "", "br", nil)
+	var ce *cnitypes.Error
+	if !errors.As(err, &ce) || ce.Code != cnitypes.ErrInvalidEnvironmentVariables || !strings.Contains(ce.Msg, "CNI_IFNAME is empty") {
+		t.Errorf("/delegate ADD with no interface name: %v, want code 4 saying CNI_IFNAME is empty", err)
+	}
+	if got := e.recorded(box); !slices.Equal(got, []string{"eth0", "net1", "net3"}) {
+		t.Errorf("record after a /delegate ADD with no interface name holds %v, want eth0, net1, net3", got)
+	}
+
 	if err := multus.CheckAPIReadyNow(e.multusDir); err != nil {
 		t.Errorf("/healthz through Multus's client: %v", err)
 	}

@@ -31,7 +31,8 @@ type PlugRequest struct {
 	// network joins; NetNS is the caller's idea of its netns, which must be
 	// the recorded one.
 	ContainerID, NetNS string
-	// IfName is the interface in the pod; "" takes the lowest free net<i>.
+	// IfName is the interface in the pod. It must be given: an empty one is
+	// refused with code 4, as libcni refuses it under Multus's daemon.
 	IfName string
 	// Pod is the pod the caller means: its namespace, name and, when the
 	// caller knows it, UID.
@@ -51,6 +52,14 @@ type PlugRequest struct {
 // NAD (no meta-plugin, allowedPluginTypes, its plugins found in binDir
 // only, the requests checked against its capabilities).
 func (p *Plugin) PlugOne(ctx context.Context, req *PlugRequest) (types.Result, error) {
+	// Multus's daemon runs /delegate through libcni, whose interface-name
+	// check refuses an empty CNI_IFNAME with code 4; the
+	// multus-dynamic-networks-controller relies on that refusal to leave a
+	// pod alone while an element names no interface. Choosing a free net<i>
+	// here made it detach the pod's other networks instead.
+	if req.IfName == "" {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("pod %s/%s: CNI_IFNAME is empty: /delegate attaches a network only under the interface name it is given", req.Pod.Namespace, req.Pod.Name), "")
+	}
 	h, rec, err := p.plugCall(req)
 	if err != nil || rec == nil {
 		if err == nil {
@@ -74,9 +83,6 @@ func (p *Plugin) PlugOne(ctx context.Context, req *PlugRequest) (types.Result, e
 		h.log.Warn(w, "network", name)
 	}
 	att.Request = netconf.SelectionKey(sel)
-	if att.IfName == "" {
-		att.IfName = freeIfName(rec)
-	}
 	if err := netconf.ValidateIfName(att.IfName); err != nil {
 		return nil, h.warn(ctx, name, netconf.Invalid("%v", err))
 	}
@@ -204,16 +210,6 @@ func (h *hotplugCall) selectionFor(ctx context.Context, req *PlugRequest) (netco
 	}
 	sel.Name = n.Name
 	return sel, nil
-}
-
-// freeIfName is the lowest net<i> (i ≥ 1) that no attachment of rec has.
-func freeIfName(rec *scratch.Record) string {
-	for i := 1; ; i++ {
-		n := fmt.Sprintf("net%d", i)
-		if indexOf(rec.Attachments, n) < 0 {
-			return n
-		}
-	}
 }
 
 // sameNetNS reports whether two netns paths (as the host sees them) are the
