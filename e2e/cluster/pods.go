@@ -118,39 +118,20 @@ func NetworkStatus(p *corev1.Pod) ([]netconf.NetworkStatus, error) {
 
 // Sandbox is the ID and the network namespace of the pod's ready sandbox.
 func (c *Cluster) Sandbox(ctx context.Context, p *corev1.Pod) (id, netns string, err error) {
-	sb, err := c.readySandbox(ctx, p)
-	if err != nil {
-		return "", "", err
-	}
-	netns, err = c.Node.SandboxNetNS(ctx, sb.Id)
-	return sb.Id, netns, err
-}
-
-// SandboxCreated is the ID of the pod's ready sandbox, and when the runtime
-// created it, by its own clock (the CRI's CreatedAt): its RunPodSandbox, in
-// which the runtime calls manifold's ADD, had begun then, and the ADD comes
-// after.
-func (c *Cluster) SandboxCreated(ctx context.Context, p *corev1.Pod) (string, time.Time, error) {
-	sb, err := c.readySandbox(ctx, p)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	return sb.Id, time.Unix(0, sb.CreatedAt), nil
-}
-
-func (c *Cluster) readySandbox(ctx context.Context, p *corev1.Pod) (*runtimeapi.PodSandbox, error) {
 	list, err := c.Node.CRIClient().Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
 		Filter: &runtimeapi.PodSandboxFilter{
 			LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(p.UID)},
 			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 		}})
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	if len(list.Items) != 1 {
-		return nil, fmt.Errorf("pod %s has %d ready sandboxes, want 1", p.Name, len(list.Items))
+		return "", "", fmt.Errorf("pod %s has %d ready sandboxes, want 1", p.Name, len(list.Items))
 	}
-	return list.Items[0], nil
+	id = list.Items[0].Id
+	netns, err = c.Node.SandboxNetNS(ctx, id)
+	return id, netns, err
 }
 
 // Interfaces lists the interfaces in the pod's network namespace, lo left

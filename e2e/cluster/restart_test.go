@@ -29,7 +29,7 @@ func TestRestartFailsClosed(t *testing.T) {
 			ch := startChurn(e, 3)
 			ch.waitRan(2)
 
-			ch.step("the DaemonSet pod's deletion", 2, func() {
+			ch.step("the DaemonSet pod's deletion", 1, func() {
 				old := e.daemonSetPod(mode)
 				out, err := e.c.Kubectl(e.ctx(), "", "-n", "kube-system", "delete", "pod", old.Name, "--wait=false")
 				if err != nil {
@@ -39,7 +39,7 @@ func TestRestartFailsClosed(t *testing.T) {
 			})
 			ch.waitRan(3)
 
-			ch.step("the SIGKILL of its processes", 2, func() {
+			ch.step("the SIGKILL of its processes", 1, func() {
 				pod := e.daemonSetPod(mode)
 				killed := e.killInstallerProcesses(mode)
 				t.Logf("SIGKILLed %v", killed)

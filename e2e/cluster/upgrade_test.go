@@ -37,7 +37,7 @@ func TestUpgradeUnderChurn(t *testing.T) {
 		{"thick to thin", cluster.Thin, &cluster.Thick, imageV1},
 	} {
 		ch.waitRan(3)
-		ch.step(step.name, 2, func() {
+		ch.step(step.name, 1, func() {
 			start := time.Now()
 			if step.from != nil {
 				e.switchMode(*step.from, step.to, step.img)
