@@ -112,10 +112,17 @@ bench-compare: build plugins control-plane
 	MANIFOLD_ETCD=$$(bash hack/build-control-plane.sh | sed -n 2p) \
 	$(GO) run ./bench -only overhead -baseline $$base/manifold $$shim -out bench-compare.json $(BENCHFLAGS)
 
+# The last two lines run the repository's own checker of its tests
+# (hack/testlint, a module of its own: sleeps before checks, polls that end
+# quietly at their deadline, skips that MANIFOLD_REQUIRE_PRIVILEGED cannot
+# turn into failures), after its own tests.
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd hack/testlint && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... && \
+	  $(GO) test -count=1 ./... && $(GO) build -o $(CURDIR)/bin/testlint ./cmd/testlint
+	$(GO) vet -vettool=$(CURDIR)/bin/testlint ./...
 
 clean:
 	rm -rf bin bench-results.json bench-compare.json

@@ -10,7 +10,10 @@ import (
 // churn limits how often one pod's networks may change. Each change that the
 // hot-plug made (or tried: a failure counts too) makes the pod's next change
 // wait longer, counted from the last one: base after the first, then twice
-// as long each time, up to max. A pod left alone for max starts afresh. A
+// as long each time, up to max. A pod left alone for max after its next
+// change was allowed starts afresh (counted from the change itself, a change
+// held back the whole of max, and made as soon as it was allowed, would
+// start afresh each time, and the cap would never hold). A
 // user who edits a pod's networks now and then never waits; a pod whose
 // annotation is rewritten in a loop gets one change per max, so that it
 // cannot keep the hot-plug workers, and the node's other pods, busy.
@@ -40,11 +43,12 @@ func (c *churn) delay(key string) time.Duration {
 		return 0
 	}
 	now := c.clk.Now()
-	if now.Sub(s.last) >= c.max {
+	allowed := s.last.Add(c.wait(s.changes))
+	if now.Sub(allowed) >= c.max {
 		delete(c.pods, key)
 		return 0
 	}
-	return max(s.last.Add(c.wait(s.changes)).Sub(now), 0)
+	return max(allowed.Sub(now), 0)
 }
 
 // changed counts a change of the pod made now, and returns how many there
@@ -54,7 +58,7 @@ func (c *churn) changed(key string) (int, time.Duration) {
 	defer c.mu.Unlock()
 	now := c.clk.Now()
 	s := c.pods[key]
-	if now.Sub(s.last) >= c.max {
+	if now.Sub(s.last.Add(c.wait(s.changes))) >= c.max {
 		s.changes = 0
 	}
 	s.changes++

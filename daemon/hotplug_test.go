@@ -225,11 +225,18 @@ func TestHotplugQueuesOnlyNetworksChanges(t *testing.T) {
 
 // TestHotplugBacksOffChurn: a pod whose networks annotation keeps changing,
 // each change made, waits longer and longer before its next change: 1s after
-// its second, then 2s, 4s, ... up to hotplugMaxWait, counted from its last
-// change. After a quiet hotplugMaxWait its next change is served at once.
-// Before, every successful change reset the backoff: a tenant could keep the
-// hot-plug workers busy with one pod.
+// its second, then 2s, 4s, ... up to hotplugMaxWait (5 minutes, as
+// docs/hotplug.md says), counted from its last change. The changes go on
+// past the cap, so that a backoff that keeps doubling is seen; and each
+// update comes a while after the change before it was made, so that a wait
+// counted from the update (now) is told from one counted from that change.
+// A pod left alone for hotplugMaxWait after its next change was allowed
+// starts afresh. Before, every successful change reset the backoff: a tenant
+// could keep the hot-plug workers busy with one pod.
 func TestHotplugBacksOffChurn(t *testing.T) {
+	if hotplugMaxWait != 5*time.Minute {
+		t.Fatalf("hotplugMaxWait = %s; docs/hotplug.md says 5 minutes", hotplugMaxWait)
+	}
 	g := newHotplugRig(t)
 	g.h.enqueue(g.pod)
 	g.drain()
@@ -239,29 +246,50 @@ func TestHotplugBacksOffChurn(t *testing.T) {
 		t.Fatalf("the first change queued %d items, want it served at once", got)
 	}
 	g.drain()
-	for i := 2; i <= 6; i++ {
-		wait := hotplugBaseWait << (i - 2)
+	// 1s << 9 is past the cap: changes 11 and 12 both wait the cap.
+	const last = 12
+	capped := 0
+	for i := 2; i <= last; i++ {
+		wait := min(hotplugBaseWait<<(i-2), hotplugMaxWait)
+		if wait == hotplugMaxWait {
+			capped++
+		}
+		// The update comes a quarter of the wait after change i-1 was
+		// made: it is held back for the rest.
+		since := wait / 4
+		g.clk.Step(since)
 		g.update(setNetworks("v" + strconv.Itoa(i)))
 		if got := g.h.queue.Len(); got != 0 {
-			t.Errorf("change %d, right after change %d, was queued at once; want it held back %s", i, i-1, wait)
+			t.Errorf("change %d, %s after change %d was made, was queued at once; want it held back %s", i, since, i-1, wait-since)
 			g.drain()
 			continue
 		}
-		if got := g.q.takeHeld(); !slices.Equal(got, []time.Duration{wait}) {
-			t.Errorf("change %d was held back %v after the one before, want %s", i, got, wait)
+		if got := g.q.takeHeld(); !slices.Equal(got, []time.Duration{wait - since}) {
+			t.Errorf("change %d, %s after change %d was made, was held back %v, want %s (the %s wait, counted from that change)", i, since, i-1, got, wait-since, wait)
 		}
 		g.waitTimer("change " + strconv.Itoa(i))
-		g.clk.Step(wait)
+		g.clk.Step(wait - since)
 		g.waitQueued("change " + strconv.Itoa(i))
 		g.drain()
 	}
-	if got := g.r.count(); got != 7 {
-		t.Errorf("reconciles = %d (%v), want 7: every change is made in the end", got, g.r.annots)
+	if capped < 2 {
+		t.Fatalf("the test reached the cap %d times, want 2: raise last", capped)
 	}
-	g.clk.Step(hotplugMaxWait + time.Second)
+	if got, want := g.r.count(), last+1; got != want {
+		t.Errorf("reconciles = %d (%v), want %d: every change is made in the end", got, g.r.annots, want)
+	}
+	// Left alone for hotplugMaxWait after its next change was allowed, the
+	// pod starts afresh: that change is served at once, and the one after
+	// it waits hotplugBaseWait again.
+	g.clk.Step(hotplugMaxWait + hotplugMaxWait)
 	g.update(setNetworks("after a quiet while"))
 	if got := g.h.queue.Len(); got != 1 {
-		t.Errorf("a change after a quiet %s queued %d items, want it served at once", hotplugMaxWait, got)
+		t.Fatalf("a change after a quiet %s queued %d items, want it served at once", hotplugMaxWait, got)
+	}
+	g.drain()
+	g.update(setNetworks("right after it"))
+	if got := g.q.takeHeld(); !slices.Equal(got, []time.Duration{hotplugBaseWait}) {
+		t.Errorf("the change after a quiet while's was held back %v, want %s: the pod starts afresh", got, hotplugBaseWait)
 	}
 }
 

@@ -169,12 +169,16 @@ func (e *env) status(p *corev1.Pod) (list []networkStatus, ok bool) {
 
 // waitForStatus waits, within reportWait (in thick mode the daemon writes
 // the status just after it answers), for the pod's network-status, and
-// returns it; nil if none came.
+// returns it; it fails the test, and returns nil, if none came.
 func (e *env) waitForStatus(p *corev1.Pod) []networkStatus {
 	e.t.Helper()
 	for deadline := time.Now().Add(reportWait); ; time.Sleep(20 * time.Millisecond) {
-		if st, ok := e.status(p); ok || time.Now().After(deadline) {
+		if st, ok := e.status(p); ok {
 			return st
+		}
+		if time.Now().After(deadline) {
+			e.t.Errorf("pod %s/%s has no network-status after %s", p.Namespace, p.Name, reportWait)
+			return nil
 		}
 	}
 }

@@ -223,13 +223,18 @@ func (e *deviceEnv) claimDevices(claim string) map[string]resourcev1.AllocatedDe
 }
 
 // waitClaimDevices waits, within reportWait, until ok holds of claim's
-// status.devices (the daemon writes it after it answers), and returns them.
+// status.devices (the daemon writes it after it answers), and returns them;
+// at the deadline it fails the test, and returns the last it read.
 func (e *deviceEnv) waitClaimDevices(claim string, ok func(map[string]resourcev1.AllocatedDeviceStatus) bool) map[string]resourcev1.AllocatedDeviceStatus {
 	e.t.Helper()
 	deadline := time.Now().Add(reportWait)
 	for {
 		got := e.claimDevices(claim)
-		if ok(got) || time.Now().After(deadline) {
+		if ok(got) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			e.t.Errorf("claim %s's status.devices after %s: %+v, not what the test waits for", claim, reportWait, got)
 			return got
 		}
 		time.Sleep(20 * time.Millisecond)

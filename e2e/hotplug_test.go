@@ -30,9 +30,6 @@ import (
 	"github.com/manifold-cni/manifold/scratch"
 )
 
-// hotplugWait bounds the wait for a hot-plug to show in network-status.
-const hotplugWait = 30 * time.Second
-
 // hotplugEnv is a thickEnv whose daemon watches the node's pods.
 type hotplugEnv struct {
 	*thickEnv
@@ -102,17 +99,17 @@ func (e *hotplugEnv) statusNames(p *corev1.Pod) []string {
 }
 
 // waitStatus polls until network-status lists exactly want (interface=name,
-// in order), for at most hotplugWait.
+// in order), for at most reportWait.
 func (e *hotplugEnv) waitStatus(p *corev1.Pod, want ...string) {
 	e.t.Helper()
-	deadline := time.Now().Add(hotplugWait)
+	deadline := time.Now().Add(reportWait)
 	for {
 		got := e.statusNames(p)
 		if slices.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("network-status after %s = %v, want %v", hotplugWait, got, want)
+			e.t.Fatalf("network-status after %s = %v, want %v", reportWait, got, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -122,7 +119,7 @@ func (e *hotplugEnv) waitStatus(p *corev1.Pod, want ...string) {
 // message holds sub.
 func (e *hotplugEnv) waitEvent(p *corev1.Pod, typ, reason, sub string) {
 	e.t.Helper()
-	deadline := time.Now().Add(hotplugWait)
+	deadline := time.Now().Add(reportWait)
 	for {
 		for _, ev := range eventsOf(e.events(p), typ, reason) {
 			if strings.Contains(ev.Message, sub) {
@@ -130,7 +127,7 @@ func (e *hotplugEnv) waitEvent(p *corev1.Pod, typ, reason, sub string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("no %s %s event holding %q after %s; events: %v", typ, reason, sub, hotplugWait, eventMessages(e.events(p)))
+			e.t.Fatalf("no %s %s event holding %q after %s; events: %v", typ, reason, sub, reportWait, eventMessages(e.events(p)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -396,13 +393,18 @@ func TestHotplugDelRightAfterChange(t *testing.T) {
 }
 
 // waitMetric polls a sample of the daemon's metrics until it is at least
-// want, for at most hotplugWait, and returns its last value.
+// want, for at most reportWait, and returns its last value; at the deadline
+// it fails the test.
 func (e *hotplugEnv) waitMetric(want float64, name string, labels ...string) float64 {
 	e.t.Helper()
-	deadline := time.Now().Add(hotplugWait)
+	deadline := time.Now().Add(reportWait)
 	for {
 		got := e.metric(name, labels...)
-		if got >= want || time.Now().After(deadline) {
+		if got >= want {
+			return got
+		}
+		if time.Now().After(deadline) {
+			e.t.Errorf("%s%v is %v after %s, want at least %v", name, labels, got, reportWait, want)
 			return got
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -420,10 +422,10 @@ func (e *hotplugEnv) handled() float64 {
 // waitHandled waits (bounded) until the daemon was done with n pods.
 func (e *hotplugEnv) waitHandled(n float64) {
 	e.t.Helper()
-	deadline := time.Now().Add(hotplugWait)
+	deadline := time.Now().Add(reportWait)
 	for e.handled() < n {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("the daemon's hot-plug was done with %v pods after %s, want %v", e.handled(), hotplugWait, n)
+			e.t.Fatalf("the daemon's hot-plug was done with %v pods after %s, want %v", e.handled(), reportWait, n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -498,7 +500,7 @@ func TestHotplugDaemonKilledMidAttach(t *testing.T) {
 			e.waitStatus(pod, "eth0="+clusterName, "net1="+e.ns+"/mv")
 
 			e.setNetworks(pod, "mv, held")
-			waitForFile(t, reached, hotplugWait)
+			waitForFile(t, reached, reportWait)
 			if _, ok := links(t, box.netns)["net2"]; !ok {
 				t.Fatalf("net2 not in the pod netns while the gate holds its ADD: %v", links(t, box.netns))
 			}

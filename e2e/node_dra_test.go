@@ -332,6 +332,7 @@ func (n *draNode) waitClaimEntry(rc *resourcev1.ResourceClaim, device string) *r
 			}
 		}
 		if time.Now().After(deadline) {
+			n.t.Errorf("claim %s has no networkData for %s after %s", rc.Name, device, reportWait)
 			return &resourcev1.AllocatedDeviceStatus{}
 		}
 		time.Sleep(50 * time.Millisecond)

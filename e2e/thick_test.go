@@ -28,7 +28,8 @@ import (
 
 // reportWait bounds the wait for what the daemon writes after ADD has
 // answered: the pod's network-status and events, a DRA claim's
-// status.devices. Every wait on it polls for the write and returns as soon as
+// status.devices, and what the hot-plug writes after a change of the pod's
+// networks. Every wait on it polls for the write and returns as soon as
 // it shows, so the bound costs nothing when the write comes; it only says
 // when to give up, and a loaded CI machine (two cores shared by a control
 // plane, the daemon and its plugins) may take many seconds to make the write,

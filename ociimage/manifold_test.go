@@ -21,6 +21,7 @@ import (
 // carries the version it was built with.
 func TestBuildManifoldImage(t *testing.T) {
 	if testing.Short() {
+		//testlint:skip -short is the runner's own request to leave out slow tests; make test and CI never pass it
 		t.Skip("builds manifold's binaries three times")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

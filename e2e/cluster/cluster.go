@@ -208,12 +208,15 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (st
 
 // Reboot reboots the node: the runtime and the kubelet die with every pod's
 // processes and network namespace, and start again (crinode.Node's Reboot).
-// What a reboot wipes from /run goes too: manifold's socket dir and the
-// Device Info dir.
+// manifold's socket dir in /run is wiped too, as a reboot's tmpfs would be.
+// The Device Info dir, /run/k8s.cni.cncf.io, is kept, unlike on a real
+// reboot: so that a Device Info file of a dead sandbox is gone afterwards
+// only when manifold's DEL of that sandbox removed it, which a test can then
+// check (a runtime's restart without a reboot keeps the dir too).
 func (c *Cluster) Reboot(ctx context.Context) error {
 	c.Kubelet.Kill()
 	c.Node.Reboot()
-	for _, d := range []string{"/run/manifold", "/run/k8s.cni.cncf.io"} {
+	for _, d := range []string{"/run/manifold"} {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
 			os.RemoveAll(filepath.Join(d, e.Name()))

@@ -159,7 +159,7 @@ func (e *tenv) wantNodeCNI(name string) {
 // wantEvents waits for n events of the reason on the pod.
 func (e *tenv) wantEvents(p *corev1.Pod, reason string, n int) {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(reportWait)
 	for {
 		var got []string
 		for _, ev := range e.c.Events(e.ctx(), p) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -92,23 +93,53 @@ func walkFiles(dir, what string, keep func(string) bool) []string {
 	return out
 }
 
+// The kinds of what a sandbox leaves on the node (HeldKinds).
+const (
+	HeldLease         = "IP lease"
+	HeldRecord        = "manifold record"
+	HeldManifoldCache = "manifold's libcni cache entry"
+	HeldManifoldOther = "manifold lock or other file"
+	HeldRuntimeCache  = "the runtime's libcni cache entry"
+	HeldDeviceInfo    = "Device Info file"
+)
+
 // HeldBy lists what the node still holds of the given sandboxes (container
-// IDs), while other pods run: their IP leases in the cluster's networks
-// (host-local writes the container ID as a lease's first line), manifold's
-// records and cache files, containerd's libcni cache entries and Device Info
-// files that name them. (Their network namespaces are Reboot's to remove.)
+// IDs), while other pods run, each as "<kind>: <path>" (HeldKinds).
 func (c *Cluster) HeldBy(sandboxes map[string]bool) []string {
+	var out []string
+	for kind, paths := range c.HeldKinds(sandboxes) {
+		for _, p := range paths {
+			out = append(out, kind+": "+p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// HeldKinds is what the node still holds of the given sandboxes (container
+// IDs), by kind: their IP leases in the cluster's networks (host-local
+// writes the container ID as a lease's first line), manifold's records
+// (cniDir/<id>), its libcni cache entries (cniDir/results) and other files
+// that name them (locks), the runtime's libcni cache entries
+// (/var/lib/cni/results) and Device Info files that name them. (Their
+// network namespaces are Reboot's to remove.)
+func (c *Cluster) HeldKinds(sandboxes map[string]bool) map[string][]string {
 	names := func(p string) bool {
 		for id := range sandboxes {
-			if strings.Contains(p, id) {
+			if strings.Contains(filepath.Base(p), id) {
 				return true
 			}
 		}
 		return false
 	}
-	var out []string
+	out := map[string][]string{}
+	add := func(kind string, found []string) {
+		for _, f := range found {
+			out[kind] = append(out[kind], strings.TrimPrefix(f, kind+": "))
+		}
+	}
 	for _, n := range ownNetworks {
-		out = append(out, walkFiles(filepath.Join("/var/lib/cni/networks", n), "IP lease", func(p string) bool {
+		add(HeldLease, walkFiles(filepath.Join("/var/lib/cni/networks", n), HeldLease, func(p string) bool {
 			if net.ParseIP(filepath.Base(p)) == nil {
 				return false
 			}
@@ -118,10 +149,21 @@ func (c *Cluster) HeldBy(sandboxes map[string]bool) []string {
 			}
 			first, _, _ := strings.Cut(string(b), "\n")
 			return sandboxes[strings.TrimSpace(first)]
-		})...)
+		}))
 	}
-	out = append(out, walkFiles("/var/lib/cni/manifold", "manifold record, lock or cache file", names)...)
-	out = append(out, walkFiles("/var/lib/cni/results", "containerd's libcni cache entry", names)...)
-	out = append(out, walkFiles("/run/k8s.cni.cncf.io/devinfo", "Device Info file", names)...)
+	const cniDir = "/var/lib/cni/manifold"
+	for _, f := range walkFiles(cniDir, "", names) {
+		p := strings.TrimPrefix(f, ": ")
+		switch {
+		case filepath.Dir(p) == cniDir && sandboxes[filepath.Base(p)]:
+			out[HeldRecord] = append(out[HeldRecord], p)
+		case filepath.Dir(p) == filepath.Join(cniDir, "results"):
+			out[HeldManifoldCache] = append(out[HeldManifoldCache], p)
+		default:
+			out[HeldManifoldOther] = append(out[HeldManifoldOther], p)
+		}
+	}
+	add(HeldRuntimeCache, walkFiles("/var/lib/cni/results", HeldRuntimeCache, names))
+	add(HeldDeviceInfo, walkFiles("/run/k8s.cni.cncf.io/devinfo", HeldDeviceInfo, names))
 	return out
 }

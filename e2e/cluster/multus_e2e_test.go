@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -303,7 +304,8 @@ func subdirectoryChain(e *tenv) {
 // auxiliaryChain: test-subdirectory-chaining-passthru.sh. The chain of
 // auxiliaryCNIChainName, a tuning conf that names the pod's interfaces, runs
 // after the pod's networks: eth0's and net1's arp_filter are 1. It makes no
-// interface, no network-status entry and no event.
+// interface, no network-status entry and no event: manifold's events are
+// counted once every event of the ADD is sure to be in (wantEventsOnceGone).
 func auxiliaryChain(e *tenv) {
 	if _, err := os.Stat(filepath.Join(cluster.ConfDir, cluster.PrimaryNetwork)); err == nil {
 		e.t.Fatal("the primary's subdirectory chain is still there: it would set the sysctl this scenario checks")
@@ -316,5 +318,41 @@ func auxiliaryChain(e *tenv) {
 	e.wantSysctl(n, arpFilterNet1, "1")
 	e.wantDefaultRoute(n, primaryDefault)
 	e.wantStatus(p, "eth0 "+cluster.PrimaryNetwork, "net1 "+e.ns+"/blue")
-	e.wantEvents(p, "AddedInterface", 2)
+	e.wantEventsOnceGone(p, "Add eth0 ", "Add net1 ")
+}
+
+// wantEventsOnceGone deletes the pod, and once it is gone checks manifold's
+// events on it: one AddedInterface whose message starts with each prefix,
+// and no other event from manifold. A count taken while the pod runs could
+// come before a late event: the daemon sends the events just after its ADD
+// answers. Its DEL of the pod's sandbox waits for that write before it
+// answers (docs/thick-mode.md), and the thin plugin sends them before its
+// ADD answers, so once the kubelet has stopped the sandbox and the pod is
+// gone, every event of the ADD is in the API.
+func (e *tenv) wantEventsOnceGone(p *corev1.Pod, prefixes ...string) {
+	e.t.Helper()
+	if err := e.c.DeleteAndWait(e.ctx(), podWait, p); err != nil {
+		e.t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range e.c.Events(e.ctx(), p) {
+		if ev.Source.Component == "manifold" || ev.ReportingController == "manifold" {
+			got = append(got, ev.Reason+": "+ev.Message)
+		}
+	}
+	matched := 0
+	for _, pre := range prefixes {
+		n := 0
+		for _, g := range got {
+			if strings.HasPrefix(g, "AddedInterface: "+pre) {
+				n++
+			}
+		}
+		if n == 1 {
+			matched++
+		}
+	}
+	if len(got) != len(prefixes) || matched != len(prefixes) {
+		e.t.Errorf("pod %s, once gone, has manifold's events %q; want one AddedInterface for each of %q, and no other", p.Name, got, prefixes)
+	}
 }

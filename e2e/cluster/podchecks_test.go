@@ -183,7 +183,7 @@ func (e *tenv) wantSysctl(n *cluster.PodNet, name, value string) {
 // <network>" in order.
 func (e *tenv) wantStatus(p *corev1.Pod, want ...string) {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(reportWait)
 	for {
 		var got []string
 		st, err := cluster.NetworkStatus(e.fresh(p))
@@ -198,7 +198,7 @@ func (e *tenv) wantStatus(p *corev1.Pod, want ...string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Errorf("pod %s's network-status is %q after 30s, want %q", p.Name, got, want)
+			e.t.Errorf("pod %s's network-status is %q after %s, want %q", p.Name, got, reportWait, want)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

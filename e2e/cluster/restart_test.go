@@ -59,8 +59,16 @@ func TestRestartFailsClosed(t *testing.T) {
 	}
 }
 
+// heldKinds are the kinds of leftovers the reboot must see before it and
+// see go after it: every running sandbox has leases, a record and libcni
+// cache entries. (No pod here has a device, so no Device Info file is
+// checked.)
+var heldKinds = []string{cluster.HeldLease, cluster.HeldRecord, cluster.HeldManifoldCache, cluster.HeldRuntimeCache}
+
 // reboot runs pods, reboots the node under them, and checks that each comes
-// back with a new sandbox that has all its networks; then deletes them.
+// back with a new sandbox that has all its networks; that each kind of
+// leftover of the dead sandboxes (heldKinds), seen before the reboot, is
+// gone; then deletes them.
 func (e *tenv) reboot() {
 	e.t.Helper()
 	var pods []*corev1.Pod
@@ -82,10 +90,15 @@ func (e *tenv) reboot() {
 		before[p.Name] = id
 		dead[id] = true
 	}
-	if held := e.c.HeldBy(dead); len(held) == 0 {
-		// The check below must be able to see what it looks for.
-		e.t.Fatalf("before the reboot, the node holds nothing of the running sandboxes %v", dead)
+	// The check after the reboot must be able to see what it looks for.
+	held := e.c.HeldKinds(dead)
+	for _, kind := range heldKinds {
+		if len(held[kind]) == 0 {
+			e.t.Fatalf("before the reboot, the node holds no %s of the running sandboxes %v: the check after it could not fail; it holds %v", kind, dead, held)
+		}
 	}
+	e.t.Logf("before the reboot, the running sandboxes hold %d leases, %d records, %d of manifold's and %d of the runtime's libcni cache entries",
+		len(held[cluster.HeldLease]), len(held[cluster.HeldRecord]), len(held[cluster.HeldManifoldCache]), len(held[cluster.HeldRuntimeCache]))
 	ctx, cancel := context.WithTimeout(e.ctx(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
