@@ -7,6 +7,7 @@ package e2e
 // multus-dynamic-networks-controller calls it, /healthz and /readyz.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -129,8 +130,9 @@ func (e *multusEnv) delegate(cmd string, sb *sandbox, pod *corev1.Pod, ifname, n
 // get is a GET of one of Multus's endpoints on its socket.
 func (e *multusEnv) get(path string) int {
 	e.t.Helper()
-	c := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) {
-		return net.Dial("unix", multus.SocketPath(e.multusDir))
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", multus.SocketPath(e.multusDir))
 	}}}
 	res, err := c.Get(multus.GetAPIEndpoint(path))
 	if err != nil {
