@@ -156,13 +156,17 @@ func choose(e *rawEntry, recBytes []byte, bytesErr error, network, ifName string
 // parse normalises a config to a conflist the way manifold does, filling in a
 // missing cniVersion when the caller gave one (as Multus did at DEL).
 func parse(b []byte, nameHint string, opts Options) (*netconf.Network, error) {
-	if opts.CNIVersion != "" {
-		var top map[string]json.RawMessage
-		if json.Unmarshal(b, &top) == nil && isNull(top["cniVersion"]) {
-			top["cniVersion"], _ = json.Marshal(opts.CNIVersion)
-			if nb, err := json.Marshal(top); err == nil {
-				b = nb
-			}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) == nil && isNull(top["cniVersion"]) {
+		// netconf takes a NAD's missing cniVersion as libcni does (0.1.0),
+		// but Multus ran its delegates with its own config's cniVersion:
+		// without that, the version the entry was attached with is unknown.
+		if opts.CNIVersion == "" {
+			return nil, fmt.Errorf("config has no cniVersion, and no cniVersion of Multus's config was given to fill in")
+		}
+		top["cniVersion"], _ = json.Marshal(opts.CNIVersion)
+		if nb, err := json.Marshal(top); err == nil {
+			b = nb
 		}
 	}
 	return netconf.ParseNetwork(b, nameHint)
